@@ -1,0 +1,9 @@
+"""Inference engines, one per file, behind one protocol (DESIGN.md §3).
+
+``get(name, **config)`` builds an engine by name; ``available()`` lists them.
+"""
+
+from isingattn.engine import Engine, available, get, register
+from isingattn.inference.exact import Exact
+
+__all__ = ["Engine", "Exact", "available", "get", "register"]

@@ -1,0 +1,37 @@
+"""The Ising energy, written once and shared by the model and every engine.
+
+Convention (DESIGN.md §1): ``E(s) = -Σ_j h_j s_j - Σ_{j<k} J_jk s_j s_k`` with ``J``
+stored full, symmetric and zero on the diagonal, so the pair sum is ``½ sᵀ J s``.
+
+Each term broadcasts on its own: evaluating a table of ``2^n`` configurations
+against ``Q`` field vectors costs ``O(Q 2^n n)`` for the fields but only
+``O(2^n n²)`` for a shared ``J``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def field_energy(h, s):
+    """``-Σ_j h_j s_j``.  h: [..., n], s: [..., n] (broadcast) -> [...]."""
+    return -jnp.einsum("...j,...j->...", h, s)
+
+
+def coupling_energy(J, s):
+    """``-Σ_{j<k} J_jk s_j s_k = -½ sᵀ J s``.  J: [..., n, n], s: [..., n] -> [...]."""
+    return -0.5 * jnp.einsum("...j,...jk,...k->...", s, J, s)
+
+
+def cross_energy(J, s, t):
+    """Coupling energy between two disjoint spin blocks, for every pair of rows of
+    two configuration tables: ``-s_a ᵀ J t_b``.
+
+    J: [..., n, m], s: [..., A, n], t: [..., B, m] -> [..., A, B] (two GEMMs).
+    """
+    return -(s @ J) @ jnp.swapaxes(t, -1, -2)
+
+
+def energy(h, J, s):
+    """Total energy ``E(s)``.  h: [..., n], J: [..., n, n], s: [..., n] -> [...]."""
+    return field_energy(h, s) + coupling_energy(J, s)

@@ -1,0 +1,52 @@
+"""The engine protocol and the registry of engines by name (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import abc
+from typing import Callable, Optional
+
+import equinox as eqx
+import jax
+
+from isingattn.marginals import Marginals
+from isingattn.model import IsingModel
+
+
+class Engine(eqx.Module):
+    """An inference engine: a configured, immutable object with
+    ``marginals(model, *, key=None) -> Marginals``.
+
+    Configuration lives in static fields, so engines are hashable and can sit in a
+    model config. Engines use ``IsingModel``'s energy; none re-implements it.
+    """
+
+    @abc.abstractmethod
+    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
+        ...
+
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: make an engine reachable as ``get(name, **config)``."""
+
+    def deco(cls):
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names of the registered engines."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str, **config) -> Engine:
+    """Build a registered engine by name, e.g. ``get("exact", max_n=20)``."""
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}; available: {', '.join(available())}.") from None
+    return cls(**config)

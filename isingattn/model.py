@@ -1,0 +1,283 @@
+"""``IsingModel``: fields, couplings, inverse temperature and a mask, as a JAX pytree."""
+
+from __future__ import annotations
+
+from typing import Hashable, Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from isingattn.energy import energy as _energy
+from isingattn.errors import IsingInputError, IsingTypeError
+
+SYMMETRY_RTOL = 1e-5
+
+
+def _is_traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _as_float(name, x, dtype=None):
+    try:
+        x = jnp.asarray(x) if dtype is None else jnp.asarray(x, dtype=dtype)
+    except TypeError as e:  # e.g. a list of strings
+        raise IsingTypeError(f"{name} must be array-like of real numbers; got {type(x).__name__} ({e}).") from None
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise IsingTypeError(f"{name} must be real, got dtype {x.dtype}. Pass the real part if that is what you mean.")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+class IsingModel(eqx.Module):
+    """A (batched) Ising model ``p(s) ∝ exp(-β E(s))`` over spins ``s ∈ {-1,+1}^n``.
+
+    ``E(s) = -Σ_j h_j s_j - Σ_{j<k} J_jk s_j s_k`` (DESIGN.md §1).
+
+    Args:
+        h: fields, ``[..., n]``.
+        J: couplings, ``[..., n, n]``: symmetric, zero diagonal. Batch dimensions of
+            ``h``, ``J`` and ``mask`` broadcast, so one ``J`` can serve many ``h``.
+        beta: inverse temperature, a positive scalar.
+        mask: optional boolean ``[..., n]``; ``False`` removes a spin from the model
+            (its field and couplings count as zero, its marginal is reported as 0).
+        causal: if True, the last batch axis indexes queries ``i = 0..n-1`` and query
+            ``i`` sees only spins ``0..i`` (combined with ``mask``). Exact engines use
+            this to enumerate each prefix once.
+        labels: optional hashable variable labels (kept by BQM/networkx round trips).
+
+    Inputs are validated at construction: eagerly when concrete, and with
+    ``equinox.error_if`` (a runtime error, never silent garbage) under ``jit``.
+    """
+
+    h: jax.Array
+    J: jax.Array
+    beta: jax.Array
+    mask: Optional[jax.Array] = None
+    causal: bool = eqx.field(static=True, default=False)
+    labels: Optional[tuple] = eqx.field(static=True, default=None)
+
+    def __init__(self, h, J, beta=1.0, mask=None, *, causal: bool = False, labels=None):
+        h = _as_float("h", h)
+        J = _as_float("J", J)
+        dtype = jnp.result_type(h.dtype, J.dtype)
+        h, J = h.astype(dtype), J.astype(dtype)
+        beta = _as_float("beta", beta, None).astype(dtype)
+        if h.ndim < 1:
+            raise IsingInputError(f"h must have shape [..., n]; got a scalar. Wrap it: h=[{h}].")
+        n = h.shape[-1]
+        if J.ndim < 2 or J.shape[-2:] != (n, n):
+            raise IsingInputError(
+                f"J must have shape [..., n, n] with n = h.shape[-1] = {n}; got J.shape = {J.shape}. "
+                "Pass one coupling matrix per model (or one shared matrix) matching the number of fields."
+            )
+        if beta.ndim != 0:
+            raise IsingInputError(f"beta must be a scalar; got shape {beta.shape}. Use one model per temperature.")
+        if mask is not None:
+            mask = jnp.asarray(mask)
+            if mask.dtype != jnp.bool_:
+                raise IsingTypeError(f"mask must be boolean (True = active spin); got dtype {mask.dtype}. Use mask.astype(bool).")
+            if mask.ndim < 1 or mask.shape[-1] != n:
+                raise IsingInputError(
+                    f"mask must have shape [..., n] with n = {n}; got {mask.shape}. One entry per spin, True = active."
+                )
+        shapes = [h.shape[:-1], J.shape[:-2]] + ([mask.shape[:-1]] if mask is not None else [])
+        try:
+            batch = jnp.broadcast_shapes(*shapes)
+        except ValueError:
+            raise IsingInputError(
+                f"batch shapes of h {h.shape[:-1]}, J {J.shape[:-2]}"
+                + (f", mask {mask.shape[:-1]}" if mask is not None else "")
+                + " do not broadcast. Insert size-1 axes (e.g. J[:, None]) so they align from the right."
+            ) from None
+        if causal and (len(batch) == 0 or batch[-1] != n):
+            raise IsingInputError(
+                f"causal=True needs a query axis of length n = {n} as the last batch axis; got batch shape {batch}. "
+                "Give h the shape [..., n_queries=n, n]."
+            )
+        if labels is not None:
+            labels = tuple(labels)
+            if len(labels) != n or len(set(labels)) != n:
+                raise IsingInputError(f"labels must be {n} distinct hashables; got {len(labels)} ({len(set(labels))} distinct).")
+        h, J, beta = _validate_values(h, J, beta)
+        self.h, self.J, self.beta, self.mask = h, J, beta, mask
+        self.causal, self.labels = causal, labels
+
+    # ---- shapes -------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return self.h.shape[-1]
+
+    @property
+    def batch_shape(self) -> tuple:
+        shapes = [self.h.shape[:-1], self.J.shape[:-2]]
+        if self.mask is not None:
+            shapes.append(self.mask.shape[:-1])
+        return jnp.broadcast_shapes(*shapes)
+
+    @property
+    def dtype(self):
+        return self.h.dtype
+
+    def active(self) -> Optional[jax.Array]:
+        """Boolean ``[..., n]`` of active spins (mask and causal prefix), or None if all are active."""
+        act = self.mask
+        if self.causal:
+            tri = jnp.tril(jnp.ones((self.n, self.n), dtype=bool))  # (query i, spin j): j <= i
+            act = tri if act is None else act & tri
+        return act
+
+    def masked_parameters(self):
+        """``(h, J)`` with inactive spins' fields and couplings set to zero.
+
+        Shapes broadcast as ``[..., n]`` and ``[..., n, n]``; ``J`` gains the mask's batch
+        axes only when there is a mask.
+        """
+        act = self.active()
+        if act is None:
+            return self.h, self.J
+        a = act.astype(self.dtype)
+        return self.h * a, self.J * a[..., :, None] * a[..., None, :]
+
+    # ---- energy ---------------------------------------------------------------------
+    def energy(self, spins) -> jax.Array:
+        """``E(s)`` for spins ``[..., n]`` in {-1, +1} (broadcast against the batch) -> ``[...]``.
+
+        Inactive spins do not contribute, whatever their value.
+        """
+        s = _as_float("spins", spins).astype(self.dtype)
+        if s.ndim < 1 or s.shape[-1] != self.n:
+            raise IsingInputError(f"spins must have shape [..., {self.n}]; got {s.shape}.")
+        bad = jnp.any(jnp.abs(s) != 1)
+        msg = "spins must be -1 or +1 (SPIN convention). For 0/1 variables use s = 2*x - 1."
+        if _is_traced(s):
+            s = eqx.error_if(s, bad, msg)
+        elif bool(bad):
+            raise IsingInputError(msg + f" Got values {np.unique(np.asarray(s))[:6]}.")
+        act = self.active()
+        if act is not None:
+            s = jnp.where(act, s, 0.0)
+        return _energy(self.h, self.J, s)
+
+    # ---- dimod / networkx -------------------------------------------------------------
+    def _single(self, index):
+        """numpy float64 (h, J, active) of one model of the batch."""
+        batch = self.batch_shape
+        if index is None:
+            if batch:
+                raise IsingInputError(
+                    f"this model is batched (batch shape {batch}); pass index=... to pick one, e.g. index={(0,) * len(batch)}."
+                )
+            index = ()
+        index = (index,) if isinstance(index, (int, np.integer)) else tuple(index)
+        if len(index) != len(batch):
+            raise IsingInputError(f"index must have {len(batch)} entries for batch shape {batch}; got {index}.")
+        act = self.active()
+        full = lambda x, tail: np.broadcast_to(np.asarray(x, dtype=np.float64 if x.dtype != bool else bool), batch + tail)[index]
+        h = full(self.h, (self.n,))
+        J = full(self.J, (self.n, self.n))
+        a = np.ones(self.n, bool) if act is None else np.broadcast_to(np.asarray(act), batch + (self.n,))[index]
+        return h, J, a
+
+    def _label_list(self):
+        return list(self.labels) if self.labels is not None else list(range(self.n))
+
+    def to_bqm(self, index=None):
+        """The model as a SPIN ``dimod.BinaryQuadraticModel`` with ``bqm.energy(s) == E(s)``.
+
+        ``linear = -h``, ``quadratic = -J_jk`` (j<k), ``offset = 0``; β is not part of a
+        BQM (pass it to the sampler). Inactive spins are left out. ``index`` picks one
+        model of a batch.
+        """
+        import dimod
+
+        h, J, a = self._single(index)
+        labels = self._label_list()
+        idx = np.flatnonzero(a)
+        linear = {labels[j]: -h[j] for j in idx}
+        jj, kk = np.nonzero(np.triu(J[np.ix_(idx, idx)], 1))
+        quadratic = {(labels[idx[j]], labels[idx[k]]): -J[idx[j], idx[k]] for j, k in zip(jj, kk)}
+        return dimod.BinaryQuadraticModel(linear, quadratic, 0.0, dimod.SPIN)
+
+    @classmethod
+    def from_bqm(cls, bqm, beta=1.0) -> "IsingModel":
+        """Build a model from a ``dimod.BinaryQuadraticModel``; BINARY models are converted
+        to SPIN. Labels and their order are kept. The BQM offset does not change the
+        distribution and is dropped."""
+        import dimod
+
+        if not isinstance(bqm, dimod.BinaryQuadraticModel):
+            raise IsingTypeError(f"from_bqm expects a dimod.BinaryQuadraticModel; got {type(bqm).__name__}.")
+        if bqm.vartype is dimod.BINARY:
+            bqm = bqm.change_vartype(dimod.SPIN, inplace=False)
+        labels = list(bqm.variables)
+        pos = {v: i for i, v in enumerate(labels)}
+        n = len(labels)
+        h = np.array([-bqm.get_linear(v) for v in labels], dtype=np.float64)
+        J = np.zeros((n, n))
+        for (u, v), b in bqm.quadratic.items():
+            J[pos[u], pos[v]] = J[pos[v], pos[u]] = -b
+        return cls(h, J, beta=beta, labels=labels)
+
+    def to_networkx(self, index=None):
+        """``networkx.Graph``: node attribute ``h``, edge attribute ``J`` (nonzero couplings
+        between active spins), graph attribute ``beta``."""
+        import networkx as nx
+
+        h, J, a = self._single(index)
+        labels = self._label_list()
+        G = nx.Graph(beta=float(self.beta))
+        idx = np.flatnonzero(a)
+        G.add_nodes_from((labels[j], {"h": float(h[j])}) for j in idx)
+        sub = J[np.ix_(idx, idx)]
+        for j, k in zip(*np.nonzero(np.triu(sub, 1))):
+            G.add_edge(labels[idx[j]], labels[idx[k]], J=float(sub[j, k]))
+        return G
+
+    @classmethod
+    def from_networkx(cls, G, beta=None) -> "IsingModel":
+        """Build a model from a graph with node attribute ``h`` (default 0) and edge
+        attribute ``J`` (required). Node order gives spin order; labels are kept."""
+        labels = list(G.nodes)
+        pos = {v: i for i, v in enumerate(labels)}
+        n = len(labels)
+        h = np.array([float(G.nodes[v].get("h", 0.0)) for v in labels])
+        J = np.zeros((n, n))
+        for u, v, d in G.edges(data=True):
+            if u == v:
+                raise IsingInputError(f"self-loop on node {u!r}: Ising couplings need two distinct spins. Remove it.")
+            if "J" not in d:
+                raise IsingInputError(f"edge ({u!r}, {v!r}) has no 'J' attribute. Set G.edges[u, v]['J'] = coupling.")
+            J[pos[u], pos[v]] = J[pos[v], pos[u]] = float(d["J"])
+        if beta is None:
+            beta = G.graph.get("beta", 1.0)
+        return cls(h, J, beta=beta, labels=labels)
+
+
+def _validate_values(h, J, beta):
+    """Finite values, symmetric zero-diagonal J, positive beta."""
+    scale = jnp.maximum(jnp.max(jnp.abs(J), initial=0.0), 1.0)
+    asym = jnp.max(jnp.abs(J - jnp.swapaxes(J, -1, -2)), initial=0.0) > SYMMETRY_RTOL * scale
+    diag = jnp.any(jnp.diagonal(J, axis1=-2, axis2=-1) != 0)
+    checks = [
+        (~jnp.all(jnp.isfinite(h)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
+        (~jnp.all(jnp.isfinite(J)), "J contains NaN or inf; couplings must be finite."),
+        (asym, f"J must be symmetric (|J - Jᵀ| ≤ {SYMMETRY_RTOL:g}·max|J|). Symmetrize it: J = (J + J.swapaxes(-1, -2)) / 2."),
+        (diag, "J must have a zero diagonal (s_j² = 1 makes it a constant). Zero it: J = J * (1 - eye(n))."),
+        (~(beta > 0) | ~jnp.isfinite(beta), "beta must be a finite positive number (inverse temperature)."),
+    ]
+    if _is_traced(h, J, beta):
+        for bad, msg in checks:
+            h = eqx.error_if(h, bad, msg)
+        return h, J, beta
+    for bad, msg in checks:
+        if bool(bad):
+            detail = ""
+            if "symmetric" in msg:
+                detail = f" Largest asymmetry: {float(jnp.max(jnp.abs(J - jnp.swapaxes(J, -1, -2)))):.3g}."
+            elif "beta" in msg:
+                detail = f" Got beta = {float(beta)}."
+            raise IsingInputError(msg + detail)
+    return h, J, beta
