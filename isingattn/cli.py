@@ -1,0 +1,96 @@
+"""The ``isingattn`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import sys
+import time
+
+
+def _train_brackets(args) -> int:
+    import jax
+
+    from isingattn import inference
+    from isingattn.models import brackets
+    from isingattn.models.report import markdown_table, summary_rows
+    from isingattn.models.train import TrainConfig, compare_variants
+    from isingattn.models.transformer import Config
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    engine = inference.get(args.engine)
+    out = args.out or os.path.join("runs", f"brackets-T{args.seq_len}{'' if args.ffn else '-noffn'}")
+    os.makedirs(out, exist_ok=True)
+    tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every)
+
+    def make_config(variant):
+        return Config(vocab_size=2 * args.types, seq_len=args.seq_len, n_out=args.seq_len, d_model=args.d_model,
+                      n_heads=args.heads, ffn=args.ffn, variant=variant, engine=engine)
+
+    def data_for_seed(seed):
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
+        d = brackets.make_data(key, args.seq_len, args.n_train, args.n_test, args.depth, args.types)
+        return d.train, d.test
+
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({"command": " ".join(sys.argv), "args": {k: v for k, v in vars(args).items() if k != "func"}, "train": dataclasses.asdict(tc),
+                   "model": {k: repr(v) for k, v in dataclasses.asdict(make_config(variants[0])).items()}}, f, indent=2)
+    open(os.path.join(out, "metrics.jsonl"), "w").close()
+    t0 = time.perf_counter()
+    results = compare_variants(make_config, data_for_seed, variants, range(args.seeds), tc, out,
+                               progress=not args.no_progress)
+    rows = summary_rows(results)
+    table = markdown_table(rows, "test accuracy (%)")
+    title = (f"Bracket matching, T={args.seq_len}, FFN={'on' if args.ffn else 'off'}, {args.steps} steps, "
+             f"{args.seeds} seeds ({time.perf_counter() - t0:.0f} s)\n\n")
+    print("\n" + title + table)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(title + table)
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({v: {str(s): a for s, a in r.items()} for v, r in results.items()}, f, indent=2)
+    print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    train = sub.add_parser("train", help="train and compare attention variants")
+    tasks = train.add_subparsers(dest="task", required=True)
+    b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    b.add_argument("--seq-len", type=int, default=8, help="string length T (even)")
+    b.add_argument("--variants", default="softmax,hJ,h,J", help="comma-separated: softmax, hJ, h, J")
+    b.add_argument("--seeds", type=int, default=3)
+    b.add_argument("--steps", type=int, default=1500)
+    b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--lr", type=float, default=3e-3)
+    b.add_argument("--eval-every", type=int, default=250)
+    b.add_argument("--d-model", type=int, default=64)
+    b.add_argument("--heads", type=int, default=1)
+    b.add_argument("--no-ffn", dest="ffn", action="store_false", help="drop the FFN (the paper's ablation)")
+    b.add_argument("--depth", type=int, default=None, help="maximum nesting depth (default T/2)")
+    b.add_argument("--types", type=int, default=2, help="number of bracket kinds")
+    b.add_argument("--n-train", type=int, default=20000)
+    b.add_argument("--n-test", type=int, default=2000)
+    b.add_argument("--engine", default="exact", help="inference engine for hJ and J")
+    b.add_argument("--out", default=None, help="output folder (default runs/brackets-T<T>)")
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=_train_brackets)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

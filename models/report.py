@@ -1,0 +1,55 @@
+"""Summaries over seeds: mean ± 95% CI (Student t) and paired differences."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# two-sided 95% Student-t quantiles t_{0.975, df}
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
+def mean_ci(x) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (nan with one value)."""
+    x = np.asarray(x, float)
+    if len(x) < 2:
+        return float(x.mean()), math.nan
+    return float(x.mean()), t975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+
+
+def fmt(mean: float, half: float, scale: float = 1.0, digits: int = 2) -> str:
+    if math.isnan(half):
+        return f"{mean * scale:.{digits}f}"
+    return f"{mean * scale:.{digits}f} ± {half * scale:.{digits}f}"
+
+
+def summary_rows(results: dict[str, dict[int, float]], baseline: str = "softmax"):
+    """results[variant][seed] = metric. Rows: variant, n, mean, ci, and the paired
+    difference to ``baseline`` over the seeds both have (mean, ci)."""
+    rows = []
+    for variant, by_seed in results.items():
+        m, c = mean_ci(list(by_seed.values()))
+        row = {"variant": variant, "n_seeds": len(by_seed), "mean": m, "ci95": c}
+        if baseline in results and variant != baseline:
+            common = sorted(set(by_seed) & set(results[baseline]))
+            d = [by_seed[s] - results[baseline][s] for s in common]
+            row["diff_vs_" + baseline], row["diff_ci95"] = mean_ci(d) if d else (math.nan, math.nan)
+        rows.append(row)
+    return rows
+
+
+def markdown_table(rows, metric: str, scale: float = 100.0, baseline: str = "softmax") -> str:
+    head = f"| variant | seeds | {metric} (mean ± 95% CI) | paired Δ vs {baseline} |\n|---|---|---|---|\n"
+    body = ""
+    for r in rows:
+        diff = "—"
+        if "diff_vs_" + baseline in r:
+            diff = fmt(r["diff_vs_" + baseline], r["diff_ci95"], scale)
+        body += f"| {r['variant']} | {r['n_seeds']} | {fmt(r['mean'], r['ci95'], scale)} | {diff} |\n"
+    return head + body

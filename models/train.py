@@ -1,0 +1,138 @@
+"""Training with optax AdamW: paired comparisons of attention variants.
+
+Every variant sees the same data order, the same initialization seed and the same
+hyperparameters, so differences between variants are paired by seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from typing import Optional, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm.auto import tqdm
+
+from isingattn.models.transformer import Config, Transformer
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup: int = 100
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_batch: int = 512
+
+
+def masked_xent(logits, targets):
+    """Mean cross-entropy and accuracy over positions with ``targets >= 0``.
+
+    logits (B, T, C), targets (B, T) -> (loss, n_correct, n_counted)."""
+    valid = targets >= 0
+    safe = jnp.where(valid, targets, 0)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), safe[..., None], axis=-1)[..., 0]
+    count = valid.sum()
+    loss = jnp.where(valid, nll, 0.0).sum() / jnp.maximum(count, 1)
+    correct = ((logits.argmax(-1) == targets) & valid).sum()
+    return loss, correct, count
+
+
+@functools.lru_cache(maxsize=None)
+def _optimizer(tc: TrainConfig):
+    sched = optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup, max(tc.steps, tc.warmup + 1), tc.lr * 0.1)
+    return optax.chain(optax.clip_by_global_norm(tc.grad_clip), optax.adamw(sched, weight_decay=tc.weight_decay))
+
+
+@functools.lru_cache(maxsize=None)
+def _step_fn(tc: TrainConfig):
+    opt = _optimizer(tc)
+
+    @eqx.filter_jit
+    def step(model, opt_state, tokens, targets, key):
+        def loss_fn(m):
+            return masked_xent(m(tokens, key=key), targets)[0]
+
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+        updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), opt_state, loss
+
+    return step
+
+
+@eqx.filter_jit
+def _eval_batch(model, tokens, targets):
+    loss, correct, count = masked_xent(model(tokens), targets)
+    return loss * count, correct, count
+
+
+def evaluate(model, tokens, targets, batch: int = 512) -> dict:
+    """Accuracy and loss over every counted position of a held-out set."""
+    tot_loss = tot_correct = tot_count = 0.0
+    for i in range(0, len(tokens), batch):
+        l, c, n = _eval_batch(model, jnp.asarray(tokens[i : i + batch]), jnp.asarray(targets[i : i + batch]))
+        tot_loss, tot_correct, tot_count = tot_loss + float(l), tot_correct + float(c), tot_count + float(n)
+    return {"loss": tot_loss / max(tot_count, 1), "acc": tot_correct / max(tot_count, 1), "count": int(tot_count)}
+
+
+def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *,
+          log_path: Optional[str] = None, desc: str = "", progress: bool = True):
+    """Train one model. Returns ``(model, final_metrics)``; appends JSON lines to ``log_path``.
+
+    ``seed`` fixes the initialization and the batch order (both independent of the
+    variant), so runs of different variants with the same seed are paired.
+    """
+    init_key, data_key, noise_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+    model = Transformer(config, key=init_key)
+    opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
+    step = _step_fn(tc)
+    order = np.asarray(jax.random.randint(data_key, (tc.steps, tc.batch_size), 0, len(train_split.tokens)))
+    log = open(log_path, "a") if log_path else None
+    t0 = time.perf_counter()
+    bar = tqdm(range(tc.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
+    for i in bar:
+        idx = order[i]
+        model, opt_state, loss = step(model, opt_state, jnp.asarray(train_split.tokens[idx]),
+                                      jnp.asarray(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
+        last = i + 1 == tc.steps
+        if (i + 1) % tc.eval_every == 0 or last:
+            ev = evaluate(model, test_split.tokens, test_split.targets, tc.eval_batch)
+            rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
+                   "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
+            bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
+            if log:
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+    if log:
+        log.close()
+    return model, rec
+
+
+def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,
+                     out_dir: str, progress: bool = True) -> dict[str, dict[int, float]]:
+    """Train every (seed, variant) pair; returns ``results[variant][seed] = final test accuracy``.
+
+    ``make_config(variant) -> Config``; ``data_for_seed(seed) -> (train, test)``.
+    Metrics go to ``out_dir/metrics.jsonl``.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    results: dict[str, dict[int, float]] = {v: {} for v in variants}
+    runs = [(s, v) for s in seeds for v in variants]
+    outer = tqdm(runs, desc="runs", disable=not progress)
+    for seed, variant in outer:
+        outer.set_postfix(seed=seed, variant=variant)
+        train_split, test_split = data_for_seed(seed)
+        _, rec = train(make_config(variant), train_split, test_split, tc, seed,
+                       log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress)
+        results[variant][seed] = rec["test_acc"]
+    return results

@@ -1,0 +1,146 @@
+"""A one-layer, decoder-only Transformer with Boltzmann attention, in the nanoGPT spirit."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from isingattn.attention import VARIANTS, boltzmann_attention
+from isingattn.inference import Exact
+
+J_PARAMS = ("full",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything that defines the architecture. Hashable, so it can be static under jit."""
+
+    vocab_size: int
+    seq_len: int  # T_max: the longest context (positions and J are sized by it)
+    n_out: int  # output classes per position (vocab for LM, positions for bracket matching)
+    d_model: int = 64
+    n_heads: int = 1
+    ffn: bool = True
+    ffn_mult: int = 4
+    variant: str = "hJ"
+    engine: Any = Exact()
+    J_param: str = "full"
+    field_bias: bool = True  # learnable scalar field per head (h and hJ variants)
+    beta: float = 1.0
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}; got {self.variant!r}.")
+        if self.J_param not in J_PARAMS:
+            raise ValueError(f"J_param must be one of {J_PARAMS}; got {self.J_param!r}.")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}).")
+
+
+def _dense(key, d_in, d_out):
+    return jax.random.normal(key, (d_in, d_out)) / math.sqrt(d_in)
+
+
+class LayerNorm(eqx.Module):
+    gamma: jax.Array
+    beta: jax.Array
+
+    def __init__(self, d):
+        self.gamma, self.beta = jnp.ones(d), jnp.zeros(d)
+
+    def __call__(self, x):  # (..., d)
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * self.gamma + self.beta
+
+
+class Attention(eqx.Module):
+    w_qkv: jax.Array  # (d, 3d)
+    w_out: jax.Array  # (d, d)
+    J_raw: jax.Array  # (H, T_max, T_max): J = sym(J_raw) with zero diagonal, starts at 0
+    field_bias: jax.Array  # (H,)
+    config: Config = eqx.field(static=True)
+
+    def __init__(self, config: Config, key):
+        k1, k2 = jax.random.split(key)
+        d, H, T = config.d_model, config.n_heads, config.seq_len
+        self.w_qkv = _dense(k1, d, 3 * d)
+        self.w_out = _dense(k2, d, d)
+        self.J_raw = jnp.zeros((H, T, T))
+        self.field_bias = jnp.zeros(H)
+        self.config = config
+
+    def couplings(self, T=None):
+        """The symmetric, zero-diagonal coupling matrices ``(H, T, T)``."""
+        T = T or self.config.seq_len
+        A = self.J_raw[:, :T, :T]
+        return (A + jnp.swapaxes(A, -1, -2)) / 2 * (1 - jnp.eye(T, dtype=A.dtype))
+
+    def __call__(self, x, key=None):
+        cfg = self.config
+        B, T, d = x.shape
+        H = cfg.n_heads
+        q, k, v = jnp.split(x @ self.w_qkv, 3, axis=-1)  # 3 x (B, T, d)
+        heads = lambda t: t.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)  # (B, H, T, dh)
+        out, weights = boltzmann_attention(
+            heads(q), heads(k), heads(v), self.couplings(T), variant=cfg.variant, engine=cfg.engine,
+            causal=True, bias=self.field_bias if cfg.field_bias else None, beta=cfg.beta, key=key,
+        )  # (B, H, T, dh), (B, H, T, T)
+        out = out.transpose(0, 2, 1, 3).reshape(B, T, d)  # (B, T, d)
+        return out @ self.w_out, weights
+
+
+class MLP(eqx.Module):
+    w1: jax.Array
+    w2: jax.Array
+
+    def __init__(self, d, mult, key):
+        k1, k2 = jax.random.split(key)
+        self.w1, self.w2 = _dense(k1, d, mult * d), _dense(k2, mult * d, d)
+
+    def __call__(self, x):  # (B, T, d)
+        return jax.nn.gelu(x @ self.w1) @ self.w2
+
+
+class Transformer(eqx.Module):
+    """tokens (B, T) -> logits (B, T, n_out). One pre-LN block; the FFN is optional."""
+
+    tok_emb: jax.Array  # (V, d)
+    pos_emb: jax.Array  # (T_max, d)
+    ln1: LayerNorm
+    attn: Attention
+    ln2: LayerNorm | None
+    mlp: MLP | None
+    ln_f: LayerNorm
+    head: jax.Array  # (d, n_out)
+    config: Config = eqx.field(static=True)
+
+    def __init__(self, config: Config, *, key):
+        ks = jax.random.split(key, 5)
+        d = config.d_model
+        self.tok_emb = jax.random.normal(ks[0], (config.vocab_size, d)) * 0.02
+        self.pos_emb = jax.random.normal(ks[1], (config.seq_len, d)) * 0.02
+        self.ln1 = LayerNorm(d)
+        self.attn = Attention(config, ks[2])
+        self.ln2 = LayerNorm(d) if config.ffn else None
+        self.mlp = MLP(d, config.ffn_mult, ks[3]) if config.ffn else None
+        self.ln_f = LayerNorm(d)
+        self.head = _dense(ks[4], d, config.n_out)
+        self.config = config
+
+    def __call__(self, tokens, *, key=None, return_weights=False):
+        B, T = tokens.shape
+        if T > self.config.seq_len:
+            raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.config.seq_len}.")
+        x = self.tok_emb[tokens] + self.pos_emb[:T]  # (B, T, d)
+        a, weights = self.attn(self.ln1(x), key=key)
+        x = x + a
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln2(x))
+        logits = self.ln_f(x) @ self.head  # (B, T, n_out)
+        return (logits, weights) if return_weights else logits
