@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--heads", type=int, default=1)
     b.add_argument("--no-ffn", dest="ffn", action="store_false", help="drop the FFN (the paper's ablation)")
     b.add_argument("--depth", type=int, default=None, help="maximum nesting depth (default T/2)")
-    b.add_argument("--types", type=int, default=2, help="number of bracket kinds")
+    b.add_argument("--types", type=int, default=3, help="number of bracket kinds")
     b.add_argument("--n-train", type=int, default=20000)
     b.add_argument("--n-test", type=int, default=2000)
     b.add_argument("--engine", default="exact", help="inference engine for hJ and J")
@@ -87,8 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _enable_compile_cache():
+    """Reuse XLA compilations across runs (the exact engine's gradient takes ~20 s to compile)."""
+    import jax
+
+    path = os.environ.get("ISINGATTN_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "isingattn", "jax"))
+    if path and path.lower() not in ("0", "off", "none"):
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    _enable_compile_cache()
     return args.func(args)
 
 
