@@ -181,6 +181,7 @@ def _solve_grouped(h, J, beta, act):
     dt = h.dtype
     nA = n // 2
     SA, SB = spin_table(nA, dt), spin_table(n - nA, dt)
+    J = (J + jnp.swapaxes(J, -1, -2)) / 2  # a no-op on valid input; makes the gradient w.r.t. J symmetric too
     const = jnp.zeros((G, Q), dt)
     if act is not None:
         # Pin inactive spins to +1 and cancel the field they would leak onto the
