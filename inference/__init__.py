@@ -4,6 +4,7 @@
 """
 
 from isingattn.engine import Engine, available, get, register
+from isingattn.inference.dimod_engine import DimodEngine
 from isingattn.inference.exact import Exact
 
-__all__ = ["Engine", "Exact", "available", "get", "register"]
+__all__ = ["DimodEngine", "Engine", "Exact", "available", "get", "register"]
