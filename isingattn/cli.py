@@ -59,6 +59,55 @@ def _train_brackets(args) -> int:
     return 0
 
 
+def _load_model(args):
+    """A model from --graph: a generated dense/chain/lattice instance or a dimod BQM file."""
+    import jax
+    import numpy as np
+
+    from isingattn import IsingModel
+    from isingattn.instances import random_model
+
+    if args.graph in ("dense", "chain", "lattice"):
+        rng = np.random.default_rng(np.asarray(jax.random.key_data(jax.random.PRNGKey(args.seed))).ravel())
+        h, J = random_model(rng, args.n, h_scale=args.h_scale, J_scale=args.j_scale, graph=args.graph)
+        return IsingModel(h, J, beta=args.beta)
+    import dimod
+
+    if not os.path.exists(args.graph):
+        raise SystemExit(f"--graph must be dense, chain, lattice or a BQM file; {args.graph!r} does not exist.")
+    try:
+        with open(args.graph, "rb") as f:
+            bqm = dimod.BinaryQuadraticModel.from_file(f)
+    except Exception as e:  # dimod raises various errors on corrupt input
+        raise SystemExit(f"could not read {args.graph!r} as a dimod BQM file (written by bqm.to_file()): {e}") from None
+    return IsingModel.from_bqm(bqm, beta=args.beta)
+
+
+def _compare(args) -> int:
+    import jax
+
+    from isingattn.compare import compare, format_table, plot_comparison
+    from isingattn.engine import available, get
+
+    names = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = [e for e in names if e not in available()]
+    if unknown:
+        raise SystemExit(f"unknown engine(s) {unknown}; available: {', '.join(available())}.")
+    model = _load_model(args)
+    rows = compare(model, {e: get(e) for e in names}, key=jax.random.PRNGKey(args.seed))
+    title = f"engines on {args.graph} n={model.n} beta={float(model.beta):g} (seed {args.seed})"
+    print(title + "\n\n" + format_table(rows, markdown=not args.plain))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "compare.md"), "w") as f:
+            f.write(title + "\n\n" + format_table(rows) + "\n")
+        ref = compare(model, {"exact": get("exact")}, key=jax.random.PRNGKey(args.seed))[0]["mean"] \
+            if model.n <= 20 else rows[0]["mean"]
+        plot_comparison(rows, ref, os.path.join(args.out, "compare.png"))
+        print(f"wrote {args.out}/compare.md and compare.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -84,6 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default=None, help="output folder (default runs/brackets-T<T>)")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=_train_brackets)
+
+    c = sub.add_parser("compare", help="compare inference engines on one coupling graph",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    c.add_argument("--n", type=int, default=16, help="number of spins (generated graphs)")
+    c.add_argument("--graph", default="dense", help="dense, chain, lattice, or a dimod BQM file (bqm.to_file())")
+    c.add_argument("--beta", type=float, default=1.0)
+    c.add_argument("--h-scale", type=float, default=1.0, help="fields ~ N(0, h_scale²)")
+    c.add_argument("--j-scale", type=float, default=None, help="couplings ~ N(0, j_scale²), default 1/sqrt(n)")
+    c.add_argument("--engines", default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", default=None, help="folder for compare.md and compare.png")
+    c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")
+    c.set_defaults(func=_compare)
     return p
 
 

@@ -1,0 +1,136 @@
+"""Side-by-side comparison of inference engines on one coupling graph."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Mapping, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from isingattn.engine import Engine, get
+from isingattn.model import IsingModel
+
+KL_MAX_N = 16
+
+
+def _exact_log_probs(model: IsingModel):
+    """log p(s) over all 2^n states (table order of ``spin_table``), via the shared energy."""
+    from isingattn.inference.exact import spin_table
+
+    S = spin_table(model.n, model.dtype)
+    logw = -model.beta * model.energy(S)
+    return logw - jax.scipy.special.logsumexp(logw)
+
+
+def _state_index(samples):
+    """±1 samples [..., n] -> row of ``spin_table`` (s=+1 is bit 0, first spin most significant)."""
+    bits = (np.asarray(samples) < 0).astype(np.int64)
+    return bits @ (1 << np.arange(bits.shape[-1] - 1, -1, -1))
+
+
+def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Union[str, Engine]]], *,
+            key: jax.Array, reference: Union[str, Engine, None] = None) -> list[dict]:
+    """Run every engine on ``model`` (one unbatched model) and score it against a reference.
+
+    The reference is ``Exact(corr=True)`` when ``n ≤ 20``, else the engine named by
+    ``reference``. Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
+    ``corr_err`` (max off-diagonal |Δ⟨s_j s_k⟩|, when the engine reports ``corr``),
+    ``kl`` (KL(empirical ‖ exact) of the sample distribution, samplers with n ≤ 16) and
+    ``kl_floor`` (the same for as many exact draws: the finite-sample bias to compare with),
+    ``ess`` (min over spins, when reported), ``wall_s`` (after compile) and
+    ``compile_s``, plus the engine's ``mean``.
+    """
+    from isingattn.inference.exact import Exact
+
+    if model.batch_shape:
+        raise ValueError(f"compare takes one model; got batch shape {model.batch_shape}. Use model.to_bqm(index) "
+                         "and IsingModel.from_bqm, or index h and J.")
+    if isinstance(engines, Mapping):
+        items = list(engines.items())
+    else:
+        items = [(e, get(e)) if isinstance(e, str) else (type(e).__name__, e) for e in engines]
+    if reference is None:
+        if model.n > 20:
+            raise ValueError(f"n = {model.n} is too large for an exact reference; pass reference='<engine name>'.")
+        reference = Exact(corr=True)
+    ref_engine = get(reference) if isinstance(reference, str) else reference
+    keys = jax.random.split(key, len(items) + 1)
+    ref = ref_engine.marginals(model, key=keys[-1])
+    ref_mean = np.asarray(ref.mean)
+    ref_corr = None if ref.corr is None else np.asarray(ref.corr)
+    logp = np.asarray(_exact_log_probs(model)) if model.n <= KL_MAX_N else None
+    off = ~np.eye(model.n, dtype=bool)
+
+    rows = []
+    for (name, engine), k in zip(items, keys[:-1]):
+        fn = jax.jit(lambda m, kk, e=engine: e.marginals(m, key=kk))
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(model, k))
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(model, k))
+        wall = time.perf_counter() - t0
+        mean = np.asarray(out.mean)
+        err = np.abs(mean - ref_mean)
+        row = {"engine": name, "max_err": float(err.max()), "mean_err": float(err.mean()), "corr_err": math.nan,
+               "kl": math.nan, "kl_floor": math.nan, "ess": math.nan, "wall_s": wall, "compile_s": max(first - wall, 0.0), "mean": mean}
+        if out.corr is not None and ref_corr is not None and model.n > 1:
+            row["corr_err"] = float(np.abs(np.asarray(out.corr) - ref_corr)[off].max())
+        if out.samples is not None and logp is not None:
+            idx = _state_index(out.samples.reshape(-1, model.n))
+            q = np.bincount(idx, minlength=2**model.n) / len(idx)
+            nz = q > 0
+            row["kl"] = float(np.sum(q[nz] * (np.log(q[nz]) - logp[nz])))
+            # the empirical KL is biased upward by ~(states seen)/(2 N): show what exact draws give
+            exact = jax.random.categorical(jax.random.fold_in(k, 1), jnp.asarray(logp), shape=(len(idx),))
+            qe = np.bincount(np.asarray(exact), minlength=2**model.n) / len(idx)
+            nze = qe > 0
+            row["kl_floor"] = float(np.sum(qe[nze] * (np.log(qe[nze]) - logp[nze])))
+        if isinstance(out.info, dict) and "ess" in out.info:
+            row["ess"] = float(np.min(np.asarray(out.info["ess"])))
+        rows.append(row)
+    return rows
+
+
+_COLS = [("engine", "engine", "{}"), ("max_err", "max err ⟨s⟩", "{:.2e}"), ("mean_err", "mean err ⟨s⟩", "{:.2e}"),
+         ("corr_err", "max err ⟨ss⟩", "{:.2e}"), ("kl", "KL(samples‖p)", "{:.3g}"),
+         ("kl_floor", "KL of exact draws", "{:.3g}"), ("ess", "min ESS", "{:.0f}"),
+         ("wall_s", "time (s)", "{:.3g}"), ("compile_s", "compile (s)", "{:.3g}")]
+
+
+def format_table(rows: Sequence[dict], markdown: bool = True) -> str:
+    """Rows of :func:`compare` as a markdown (or plain-text) table; '—' where not applicable."""
+    cell = lambda r, k, f: "—" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k])
+    table = [[h for _, h, _ in _COLS]] + [[cell(r, k, f) for k, _, f in _COLS] for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(_COLS)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in table[1:]])
+    w = [max(len(r[i]) for r in table) for i in range(len(_COLS))]
+    fmt_row = lambda r: "  ".join(c.ljust(w[i]) for i, c in enumerate(r))
+    return "\n".join([fmt_row(table[0]), "  ".join("-" * x for x in w)] + [fmt_row(r) for r in table[1:]])
+
+
+def plot_comparison(rows: Sequence[dict], reference_mean, path: Optional[str] = None):
+    """Two panels: each engine's marginals against the reference, and error against time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2))
+    ref = np.asarray(reference_mean)
+    a.plot([-1, 1], [-1, 1], "k:", lw=1)
+    for r in rows:
+        a.scatter(ref, r["mean"], s=14, label=r["engine"])
+        b.scatter(r["wall_s"], max(r["max_err"], 1e-16), s=30)
+        b.annotate(r["engine"], (r["wall_s"], max(r["max_err"], 1e-16)), fontsize=8)
+    a.set(xlabel="reference ⟨s_j⟩", ylabel="engine ⟨s_j⟩", title="marginals")
+    a.legend(fontsize=8)
+    b.set(xscale="log", yscale="log", xlabel="wall time after compile (s)", ylabel="max |Δm|", title="error vs time")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
