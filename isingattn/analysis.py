@@ -1,0 +1,130 @@
+"""What the couplings learned: graph structure of ``J`` with networkx.
+
+Every function takes an :class:`IsingModel` (one model: pass ``index`` for a batch)
+or a symmetric coupling matrix ``J [n, n]`` (e.g. one head of a trained model).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import networkx as nx
+import numpy as np
+
+from isingattn.errors import IsingInputError
+from isingattn.model import IsingModel
+
+
+def _couplings(x, index=None) -> np.ndarray:
+    if isinstance(x, IsingModel):
+        return x._single(index)[1]
+    J = np.asarray(x, np.float64)
+    if J.ndim != 2 or J.shape[0] != J.shape[1]:
+        raise IsingInputError(f"expected a coupling matrix [n, n] or an IsingModel; got shape {J.shape}.")
+    if not np.allclose(J, J.T, atol=1e-6 * max(1.0, np.abs(J).max())):
+        raise IsingInputError("J must be symmetric; symmetrize it with (J + J.T) / 2.")
+    return J
+
+
+def coupling_graph(x, threshold: float = 0.0, index=None) -> nx.Graph:
+    """Graph of couplings with ``|J_jk| > threshold``; edge attributes ``J``, ``weight = |J|``
+    and ``sign`` (+1 ferromagnetic, -1 antiferromagnetic)."""
+    J = _couplings(x, index)
+    G = nx.Graph()
+    G.add_nodes_from(range(len(J)))
+    for j, k in zip(*np.nonzero(np.triu(np.abs(J) > threshold, 1))):
+        G.add_edge(int(j), int(k), J=float(J[j, k]), weight=float(abs(J[j, k])), sign=int(np.sign(J[j, k])))
+    return G
+
+
+def distance_profile(x, index=None) -> np.ndarray:
+    """Mean ``J_jk`` at each distance ``d = |j - k|``, ``d = 1..n-1`` -> ``[n-1]``
+    (positions are the spin order: key positions in attention)."""
+    J = _couplings(x, index)
+    n = len(J)
+    return np.array([np.mean(np.diagonal(J, d)) for d in range(1, n)])
+
+
+def sign_fractions(x, threshold: float = 0.0, index=None) -> dict:
+    """Fractions of ferromagnetic and antiferromagnetic edges among ``|J| > threshold``."""
+    G = coupling_graph(x, threshold, index)
+    signs = np.array([s for _, _, s in G.edges(data="sign")])
+    m = max(len(signs), 1)
+    return {"edges": len(signs), "ferro": float((signs > 0).sum() / m), "antiferro": float((signs < 0).sum() / m)}
+
+
+def frustrated_triangles(x, threshold: float = 0.0, index=None) -> list[tuple[int, int, int]]:
+    """Triangles whose coupling signs multiply to -1: no spin assignment satisfies all three."""
+    G = coupling_graph(x, threshold, index)
+    out = []
+    for a, b, c in itertools.combinations(sorted(G.nodes), 3):
+        if G.has_edge(a, b) and G.has_edge(b, c) and G.has_edge(a, c):
+            if G[a][b]["sign"] * G[b][c]["sign"] * G[a][c]["sign"] < 0:
+                out.append((a, b, c))
+    return out
+
+
+def communities(x, threshold: float = 0.0, index=None, seed: int = 0) -> list[set]:
+    """Louvain communities of the ferromagnetic subgraph (weights ``J > 0``): groups of
+    keys the model tends to switch on together."""
+    G = coupling_graph(x, threshold, index)
+    ferro = nx.Graph()
+    ferro.add_nodes_from(G.nodes)
+    ferro.add_edges_from((u, v, d) for u, v, d in G.edges(data=True) if d["sign"] > 0)
+    if ferro.number_of_edges() == 0:
+        return [{v} for v in ferro.nodes]
+    return [set(c) for c in nx.community.louvain_communities(ferro, weight="weight", seed=seed)]
+
+
+def centrality(x, threshold: float = 0.0, index=None) -> dict:
+    """Per node: ``degree`` (networkx degree centrality) and ``strength`` (Σ_k |J_jk|)."""
+    G = coupling_graph(x, threshold, index)
+    deg = nx.degree_centrality(G) if len(G) > 1 else {v: 0.0 for v in G}
+    strength = dict(G.degree(weight="weight"))
+    return {"degree": deg, "strength": strength}
+
+
+def summary(x, threshold: float = 0.0, index=None) -> dict:
+    """All of the above in one dict (JSON-friendly)."""
+    prof = distance_profile(x, index)
+    cen = centrality(x, threshold, index)
+    return {
+        "n": len(_couplings(x, index)),
+        "distance_profile": [float(v) for v in prof],
+        **sign_fractions(x, threshold, index),
+        "frustrated_triangles": len(frustrated_triangles(x, threshold, index)),
+        "communities": [sorted(c) for c in communities(x, threshold, index)],
+        "strength": {int(k): float(v) for k, v in cen["strength"].items()},
+        "degree": {int(k): float(v) for k, v in cen["degree"].items()},
+    }
+
+
+def plot_couplings(x, path: Optional[str] = None, threshold: float = 0.0, index=None, title: str = "J"):
+    """Three panels: J heatmap, mean J by distance, and the coupling graph with sign colours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    J = _couplings(x, index)
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4))
+    v = max(np.abs(J).max(), 1e-12)
+    im = ax[0].imshow(J, cmap="RdBu_r", vmin=-v, vmax=v)
+    fig.colorbar(im, ax=ax[0], fraction=0.046)
+    ax[0].set(title=f"{title} (red: ferro, blue: antiferro)", xlabel="key k", ylabel="key j")
+    prof = distance_profile(J)
+    ax[1].bar(np.arange(1, len(J)), prof, color=["tab:red" if p > 0 else "tab:blue" for p in prof])
+    ax[1].axhline(0, color="k", lw=0.8)
+    ax[1].set(title="mean J by distance", xlabel="|j - k|", ylabel="mean J")
+    G = coupling_graph(J, threshold)
+    pos = nx.circular_layout(G)
+    colors = ["tab:red" if d["sign"] > 0 else "tab:blue" for _, _, d in G.edges(data=True)]
+    widths = [1 + 3 * d["weight"] / v for _, _, d in G.edges(data=True)]
+    nx.draw_networkx(G, pos, ax=ax[2], node_size=250, font_size=8, edge_color=colors, width=widths)
+    ax[2].set(title=f"coupling graph (|J| > {threshold:g})")
+    ax[2].axis("off")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
