@@ -199,7 +199,12 @@ class IsingModel(eqx.Module):
         linear = {labels[j]: -h[j] for j in idx}
         jj, kk = np.nonzero(np.triu(J[np.ix_(idx, idx)], 1))
         quadratic = {(labels[idx[j]], labels[idx[k]]): -J[idx[j], idx[k]] for j, k in zip(jj, kk)}
-        return dimod.BinaryQuadraticModel(linear, quadratic, 0.0, dimod.SPIN)
+        # Add the linear terms first: BinaryQuadraticModel(linear, quadratic, ...) inserts
+        # the quadratic terms first, which reorders the variables (spin order is lost).
+        bqm = dimod.BinaryQuadraticModel(dimod.SPIN)
+        bqm.add_linear_from(linear)
+        bqm.add_quadratic_from(quadratic)
+        return bqm
 
     @classmethod
     def from_bqm(cls, bqm, beta=1.0) -> "IsingModel":

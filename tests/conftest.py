@@ -1,0 +1,24 @@
+"""Test-wide configuration.
+
+x64 is enabled for the whole test session so that float64 comparisons against the
+brute-force reference are meaningful. Tests of float32 behaviour must therefore
+build float32 arrays explicitly (``np.float32`` / ``jnp.float32``); plain Python
+floats and numpy defaults are float64 here.
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+try:  # keep hypothesis runs short and deterministic on slow CI machines
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "isingattn",
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.load_profile("isingattn")
+except ImportError:  # hypothesis is an optional test dependency
+    pass
