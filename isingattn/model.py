@@ -262,18 +262,23 @@ class IsingModel(eqx.Module):
 
 
 def _validate_values(h, J, beta):
-    """Finite values, symmetric zero-diagonal J, positive beta."""
-    scale = jnp.maximum(jnp.max(jnp.abs(J), initial=0.0), 1.0)
-    asym = jnp.max(jnp.abs(J - jnp.swapaxes(J, -1, -2)), initial=0.0) > SYMMETRY_RTOL * scale
-    diag = jnp.any(jnp.diagonal(J, axis1=-2, axis2=-1) != 0)
+    """Finite values, symmetric zero-diagonal J, positive beta: in numpy when concrete
+    (no compilation per new shape), with ``equinox.error_if`` when traced."""
+    traced = _is_traced(h, J, beta)
+    xp = jnp if traced else np
+    hh, JJ, bb = (h, J, beta) if traced else (np.asarray(h), np.asarray(J), np.asarray(beta))
+    scale = xp.maximum(xp.max(xp.abs(JJ), initial=0.0), 1.0)
+    asym_size = xp.max(xp.abs(JJ - xp.swapaxes(JJ, -1, -2)), initial=0.0)
     checks = [
-        (~jnp.all(jnp.isfinite(h)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
-        (~jnp.all(jnp.isfinite(J)), "J contains NaN or inf; couplings must be finite."),
-        (asym, f"J must be symmetric (|J - Jᵀ| ≤ {SYMMETRY_RTOL:g}·max|J|). Symmetrize it: J = (J + J.swapaxes(-1, -2)) / 2."),
-        (diag, "J must have a zero diagonal (s_j² = 1 makes it a constant). Zero it: J = J * (1 - eye(n))."),
-        (~(beta > 0) | ~jnp.isfinite(beta), "beta must be a finite positive number (inverse temperature)."),
+        (~xp.all(xp.isfinite(hh)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
+        (~xp.all(xp.isfinite(JJ)), "J contains NaN or inf; couplings must be finite."),
+        (asym_size > SYMMETRY_RTOL * scale,
+         f"J must be symmetric (|J - Jᵀ| ≤ {SYMMETRY_RTOL:g}·max|J|). Symmetrize it: J = (J + J.swapaxes(-1, -2)) / 2."),
+        (xp.any(xp.diagonal(JJ, axis1=-2, axis2=-1) != 0),
+         "J must have a zero diagonal (s_j² = 1 makes it a constant). Zero it: J = J * (1 - eye(n))."),
+        (~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."),
     ]
-    if _is_traced(h, J, beta):
+    if traced:
         for bad, msg in checks:
             h = eqx.error_if(h, bad, msg)
         return h, J, beta
@@ -281,8 +286,8 @@ def _validate_values(h, J, beta):
         if bool(bad):
             detail = ""
             if "symmetric" in msg:
-                detail = f" Largest asymmetry: {float(jnp.max(jnp.abs(J - jnp.swapaxes(J, -1, -2)))):.3g}."
+                detail = f" Largest asymmetry: {float(asym_size):.3g}."
             elif "beta" in msg:
-                detail = f" Got beta = {float(beta)}."
+                detail = f" Got beta = {float(bb)}."
             raise IsingInputError(msg + detail)
     return h, J, beta
