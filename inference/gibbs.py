@@ -1,0 +1,653 @@
+"""Heat-bath Gibbs sampling (MCMC) of Ising models, as a pure kernel, a NumPyro
+``MCMCKernel`` and an engine (DESIGN.md §3 "Gibbs / MCMC via NumPyro").
+
+Three layers share ONE transition function, :func:`gibbs_sweep`:
+
+* :func:`gibbs_sweep` (blackjax style): ``(key, GibbsState, h, J, beta, classes)
+  -> (GibbsState, GibbsInfo)``, one heat-bath sweep over every spin. Spins are
+  visited class by class; the spins of a class are updated in parallel, so a class
+  must not contain two coupled spins. ``classes=None`` is the systematic scan
+  (one spin per class, in order); :func:`color_classes` gives the classes of a
+  greedy colouring of the coupling graph (networkx), which makes a chain or a 2D
+  lattice two parallel half-sweeps. The local fields ``h + J s`` are computed
+  once per sweep (one GEMM over every chain and model) and then updated
+  incrementally after each class, so a sweep costs ``O(n²)`` per model
+  (the built-in ``numpyro.infer.DiscreteGibbs`` re-evaluates the whole potential
+  per spin: ``O(n³)``).
+* :class:`IsingGibbsKernel`: the kernel as a ``numpyro.infer.mcmc.MCMCKernel``, so
+  ``numpyro.infer.MCMC`` supplies chains, warmup, thinning, the progress bar,
+  ``get_samples`` and ``print_summary``, and ``az.from_numpyro`` works.
+* :class:`Gibbs` (``inference.get("gibbs")``): the engine. One jitted computation,
+  a ``lax.scan`` over sweeps vmapped over chains, for the whole model batch (every
+  query of an attention layer at once). Same key => same chains as ``MCMC`` with
+  ``chain_method="vectorized"`` and the same settings (a test checks it).
+
+Randomness: one key per chain (``random.split(key, num_chains)``, as ``MCMC``
+does); a chain splits its key once for its initial state and once per sweep.
+
+Masked (inactive) spins are held at 0 for the whole run: the sweep updates a spin
+``s_i`` to ``±|s_i|``, so a 0 stays 0 and contributes nothing to the fields.
+
+Cost and where it gets slow: ``O(n²)`` per sweep and model for dense ``J``;
+the systematic scan is ``n`` sequential steps per sweep (each vectorized over
+chains and models), so small batches of large dense models are latency-bound.
+Strongly coupled or low-temperature models mix slowly (single-spin moves):
+check ``info["r_hat"]`` / ``info["ess"]``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple, Optional, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from isingattn.energy import energy
+from isingattn.engine import Engine, register
+from isingattn.errors import IsingInputError
+from isingattn.fluctuation import sample_marginals
+from isingattn.marginals import Marginals
+from isingattn.model import IsingModel
+
+try:  # numpyro is a hard dependency; the import is kept local to the kernel class.
+    from numpyro.infer.mcmc import MCMCKernel
+    from numpyro.util import is_prng_key
+except ImportError:  # pragma: no cover
+    MCMCKernel = object
+
+    def is_prng_key(key):  # type: ignore[no-redef]
+        return True
+
+SCHEDULES = ("systematic", "colored")
+
+__all__ = [
+    "GibbsState",
+    "GibbsInfo",
+    "gibbs_sweep",
+    "init_spins",
+    "color_classes",
+    "schedule_classes",
+    "split_gelman_rubin",
+    "effective_sample_size",
+    "IsingGibbsKernel",
+    "IsingMCMCState",
+    "Gibbs",
+    "to_inference_data",
+]
+
+
+# ---------------------------------------------------------------------------------
+# The pure kernel
+# ---------------------------------------------------------------------------------
+
+
+class GibbsState(NamedTuple):
+    """State of a batch of chains.
+
+    spins: ``[..., n]`` in {-1, +1}; 0 marks an inactive (masked) spin, which the
+        kernel never changes. Leading axes are any mix of chains and models; ``h``
+        and ``J`` broadcast against them.
+    """
+
+    spins: jax.Array
+
+
+class GibbsInfo(NamedTuple):
+    """Diagnostics of one sweep.
+
+    flip_rate: ``[...]``, the fraction of active spins that changed sign. A
+        heat-bath update is always accepted, so this is the analogue of an
+        acceptance rate: near 0 means the chain is frozen.
+    """
+
+    flip_rate: jax.Array
+
+
+def local_field(h, J, spins):
+    """``h + J s``: the field on every spin.  h [..., n], J [..., n, n], s [..., n] -> [..., n].
+
+    ``J`` is symmetric, so ``s @ J`` is ``J s``; batch axes broadcast (a shared ``J``
+    is one GEMM over all chains and models)."""
+    return h + jnp.einsum("...j,...jk->...k", spins, J)
+
+
+def _class_table(classes, n: int):
+    """Padded ``[K, m]`` index table and validity mask of the update classes."""
+    if classes is None:
+        return np.arange(n, dtype=np.int32)[:, None], np.ones((n, 1), bool)
+    m = max(len(c) for c in classes)
+    # Pad with the class's own first index: reads of a duplicate are harmless and its
+    # update is multiplied by valid = False, so scatter-adds of duplicates add 0.
+    idx = np.array([list(c) + [c[0]] * (m - len(c)) for c in classes], dtype=np.int32)
+    valid = np.array([[True] * len(c) + [False] * (m - len(c)) for c in classes])
+    return idx, valid
+
+
+def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[Sequence[int]]] = None):
+    """One heat-bath sweep: every active spin is resampled once from its conditional
+    ``p(s_i = +1 | rest) = sigmoid(2β (h_i + Σ_j J_ij s_j))``.
+
+    Args:
+        key: PRNG key (one key for the whole array of chains given).
+        state: :class:`GibbsState` with spins ``[..., n]``.
+        h: fields ``[..., n]``, J: couplings ``[..., n, n]`` (symmetric, zero
+            diagonal), both broadcast against ``state.spins``; beta: scalar > 0.
+        classes: static sequence of index sequences partitioning ``range(n)``,
+            visited in order; spins of one class are updated in parallel and must
+            be pairwise uncoupled. ``None``: systematic scan ``0, 1, ..., n-1``.
+
+    Returns:
+        ``(GibbsState, GibbsInfo)``. Cost ``O(n²)`` per model (one field GEMM, then
+        an ``O(n · |class|)`` incremental update per class).
+    """
+    s = state.spins
+    n = s.shape[-1]
+    dtype = s.dtype
+    idx, valid = _class_table(classes, n)
+    # s_i' = +1 iff f_i > L / (2β) with L ~ Logistic(0, 1): P = sigmoid(2β f_i), the
+    # heat-bath probability, with all the randomness of the sweep drawn at once.
+    thresh = jax.random.logistic(key, s.shape, dtype) / (2 * jnp.asarray(beta, dtype))
+    field = local_field(h, J, s)  # recomputed each sweep: no rounding drift accumulates
+    field = jnp.broadcast_to(field, s.shape)
+    a = jnp.abs(s)  # 1 active, 0 inactive
+
+    def update(carry, cls):
+        s, field, flips = carry
+        i, ok = cls  # [m] indices of the class, [m] validity
+        new = jnp.where(field[..., i] > thresh[..., i], a[..., i], -a[..., i])
+        d = (new - s[..., i]) * ok.astype(dtype)  # [..., m]: 0, ±2
+        s = s.at[..., i].add(d)
+        if idx.shape[1] == 1:  # one spin: a rank-1 update of the fields
+            field = field + d * jnp.take(J, i[0], axis=-2)
+        else:
+            field = field + jnp.einsum("...m,...mk->...k", d, jnp.take(J, i, axis=-2))
+        return (s, field, flips + 0.5 * jnp.abs(d).sum(-1)), None
+
+    flips0 = jnp.zeros(s.shape[:-1], dtype)
+    (s, _, flips), _ = lax.scan(update, (s, field, flips0), (jnp.asarray(idx), jnp.asarray(valid)))
+    rate = flips / jnp.maximum(a.sum(-1), 1)
+    return GibbsState(s), GibbsInfo(rate)
+
+
+def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
+    """Uniformly random ±1 spins of ``shape`` (``[..., n]``); inactive spins are 0."""
+    s = jax.random.rademacher(key, shape, dtype=dtype)
+    if active is not None:
+        s = jnp.where(active, s, jnp.zeros((), dtype))
+    return GibbsState(s)
+
+
+# ---------------------------------------------------------------------------------
+# Schedules
+# ---------------------------------------------------------------------------------
+
+
+def color_classes(J) -> tuple:
+    """Greedy colouring (networkx, ``largest_first``) of the graph of nonzero couplings.
+
+    J: concrete ``[..., n, n]``; the graph is the union over batch axes. Returns a
+    tuple of tuples of spin indices (each class sorted, classes ordered by their
+    smallest index), usable as ``classes`` in :func:`gibbs_sweep`. A dense ``J``
+    gives one spin per class, ``((0,), (1,), ...)``: the systematic scan.
+    """
+    import networkx as nx
+
+    J = np.asarray(J)
+    n = J.shape[-1]
+    nz = np.any(J.reshape(-1, n, n) != 0, axis=0)
+    G = nx.Graph()
+    G.add_nodes_from(range(n))
+    jj, kk = np.nonzero(np.triu(nz | nz.T, 1))
+    G.add_edges_from(zip(jj.tolist(), kk.tolist()))
+    color = nx.greedy_color(G, strategy="largest_first")
+    groups: dict[int, list[int]] = {}
+    for v, c in color.items():
+        groups.setdefault(c, []).append(v)
+    return tuple(sorted((tuple(sorted(g)) for g in groups.values()), key=lambda c: c[0]))
+
+
+def _check_classes(classes, n: int, J=None) -> tuple:
+    try:
+        classes = tuple(tuple(int(i) for i in c) for c in classes)
+    except TypeError:
+        raise IsingInputError(f"colors must be a sequence of sequences of spin indices; got {classes!r}.") from None
+    flat = sorted(i for c in classes for i in c)
+    if flat != list(range(n)) or any(len(c) == 0 for c in classes):
+        raise IsingInputError(
+            f"colors must partition the spins 0..{n - 1} into non-empty classes (each spin exactly once); got {classes}. "
+            "Use inference.gibbs.color_classes(J) to compute them."
+        )
+    if J is not None and not isinstance(J, jax.core.Tracer):
+        nz = np.any(np.asarray(J).reshape(-1, n, n) != 0, axis=0)
+        for c in classes:
+            sub = nz[np.ix_(c, c)]
+            if sub.any():
+                j, k = np.argwhere(sub)[0]
+                raise IsingInputError(
+                    f"colors: spins {c[j]} and {c[k]} are in the same class but coupled (J != 0); a class is updated in "
+                    "parallel, so its spins must be uncoupled. Use inference.gibbs.color_classes(J)."
+                )
+    return classes
+
+
+def schedule_classes(schedule: str, J, colors=None):
+    """The static update classes of a schedule: ``None`` (systematic) or a tuple of
+    index tuples (colored). For ``colored`` the colouring comes from ``colors`` if
+    given, else from the nonzero pattern of a concrete ``J``; under ``jit`` with a
+    traced ``J`` and no ``colors`` the sparsity is unknown, so it warns and falls
+    back to the systematic scan (still a correct sampler)."""
+    if schedule not in SCHEDULES:
+        raise IsingInputError(f"schedule must be one of {SCHEDULES}; got {schedule!r}.")
+    n = J.shape[-1]
+    if schedule == "systematic":
+        return None
+    if colors is not None:
+        return _check_classes(colors, n, J)
+    if isinstance(J, jax.core.Tracer):
+        warnings.warn(
+            "Gibbs(schedule='colored'): J is traced (inside jit/grad), so its sparsity pattern cannot be read; "
+            "falling back to the systematic scan. Pass colors=inference.gibbs.color_classes(J_structure) to Gibbs "
+            "to keep colored updates under jit.",
+            stacklevel=3,
+        )
+        return None
+    classes = color_classes(J)
+    return None if len(classes) == n else classes
+
+
+# ---------------------------------------------------------------------------------
+# Diagnostics in JAX (ports of numpyro.diagnostics, which is numpy-only)
+# ---------------------------------------------------------------------------------
+
+
+def _chain_variance_stats(x):
+    C, N = x.shape[:2]
+    var_within = x.var(axis=1, ddof=1).mean(0)
+    var_estimator = var_within * (N - 1) / N
+    if C > 1:
+        var_estimator = var_estimator + x.mean(axis=1).var(axis=0, ddof=1)
+    else:
+        var_within = var_estimator
+    return var_within, var_estimator
+
+
+def _is_constant(x):
+    """``[...]``: every draw of every chain equal (tested exactly: under jit a variance
+    of constant draws can come out as ±1e-17 instead of 0)."""
+    return jnp.all(x == x[:1, :1], axis=(0, 1))
+
+
+def split_gelman_rubin(x):
+    """Split R-hat of ``x [C, N, ...]`` (chains, draws, ...) -> ``[...]``, in JAX.
+
+    Same estimator as ``numpyro.diagnostics.split_gelman_rubin``; usable under jit.
+    Needs ``N >= 4``. Where every draw of every chain is identical (zero variance,
+    e.g. a masked spin) it returns 1 instead of NaN: such a quantity is known exactly.
+    """
+    x = jnp.asarray(x)
+    if x.ndim < 2 or x.shape[1] < 4:
+        raise IsingInputError(f"split R-hat needs x [chains, draws >= 4, ...]; got shape {x.shape}.")
+    const = _is_constant(x)
+    half = x.shape[1] // 2
+    x = jnp.concatenate([x[:, :half], x[:, -half:]], axis=0)
+    var_within, var_estimator = _chain_variance_stats(x)
+    rhat = jnp.sqrt(var_estimator / jnp.where(var_within > 0, var_within, 1.0))
+    return jnp.where(const, 1.0, jnp.where(var_within > 0, rhat, jnp.inf))
+
+
+def _fft_next_fast_len(target: int) -> int:
+    if target <= 2:
+        return target
+    while True:
+        m = target
+        for p in (2, 3, 5):
+            while m % p == 0:
+                m //= p
+        if m == 1:
+            return target
+        target += 1
+
+
+def effective_sample_size(x):
+    """ESS of ``x [C, N, ...]`` (chains, draws, ...) -> ``[...]``, in JAX.
+
+    Same estimator as ``numpyro.diagnostics.effective_sample_size`` (Geyer's
+    initial monotone sequence on the FFT autocovariance, Stan's multi-chain
+    ``rho``); usable under jit. Zero-variance quantities get ``C·N``.
+    """
+    x = jnp.asarray(x)
+    if x.ndim < 2 or x.shape[1] < 2:
+        raise IsingInputError(f"ESS needs x [chains, draws >= 2, ...]; got shape {x.shape}.")
+    C, N = x.shape[:2]
+    xt = jnp.moveaxis(x, 1, -1)  # [C, ..., N]
+    c = xt - xt.mean(-1, keepdims=True)
+    M2 = 2 * _fft_next_fast_len(N)
+    f = jnp.fft.rfft(c, n=M2, axis=-1)
+    acov = jnp.fft.irfft(f * jnp.conj(f), n=M2, axis=-1)[..., :N] / N
+    gamma = jnp.moveaxis(acov, -1, 1)  # [C, N, ...]
+    var_within, var_estimator = _chain_variance_stats(x)
+    const = _is_constant(x) | (var_estimator <= 0)
+    safe = jnp.where(const, 1.0, var_estimator)
+    rho = 1.0 - (var_within - gamma.mean(0)) / safe  # [N, ...]
+    rho = rho.at[0].set(1.0)
+    Rho = rho[:-1:2] + rho[1::2]
+    Rho = jnp.concatenate([Rho[:1], lax.cummin(jnp.clip(Rho[1:], 0, None), axis=0)], axis=0)
+    tau = -1.0 + 2.0 * Rho.sum(0)
+    return jnp.where(const, float(C * N), C * N / tau)
+
+
+# ---------------------------------------------------------------------------------
+# Chains (shared by the engine and the MCMC kernel)
+# ---------------------------------------------------------------------------------
+
+
+def _chain_keys(key, num_chains: int):
+    """Per-chain keys exactly as ``numpyro.infer.MCMC`` derives them."""
+    return jax.random.split(key, num_chains) if num_chains > 1 else key[None]
+
+
+def _chain_init(key, shape, active, dtype):
+    """(state, carried key) of one chain, as :meth:`IsingGibbsKernel.init` does it."""
+    k_init, k = jax.random.split(key)
+    return init_spins(k_init, shape, active, dtype), k
+
+
+def _chain_step(state, key, h, J, beta, classes):
+    """One MCMC transition of one chain: split the carried key, sweep."""
+    key, k_sweep = jax.random.split(key)
+    state, info = gibbs_sweep(k_sweep, state, h, J, beta, classes)
+    return state, key, info
+
+
+def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int,
+               thin: int = 1, classes=None):
+    """Run ``num_chains`` chains of :func:`gibbs_sweep` as one ``lax.scan``.
+
+    Same semantics as ``MCMC(num_warmup, num_samples, thinning=thin)``: warmup
+    sweeps are discarded, then ``num_samples`` sweeps of which every ``thin``-th is
+    kept (``num_samples // thin`` draws).
+
+    Args:
+        shape: ``(*batch, n)``, the spin shape of one chain.
+    Returns:
+        samples ``[C, D, *batch, n]`` (chains, draws) and the mean flip rate over
+        the kept sweeps ``[C, *batch]``.
+    """
+    D = num_samples // thin
+    burn = num_warmup + num_samples % thin  # as fori_collect: keep the LAST sweep of each block
+    total = burn + D * thin
+    dtype = h.dtype
+
+    def one_chain(k):
+        state, k = _chain_init(k, shape, active, dtype)
+        draws = jnp.zeros((D,) + tuple(shape), dtype)
+        rate = jnp.zeros(tuple(shape[:-1]), dtype)
+
+        # One loop over every sweep (one copy of the sweep in the compiled program).
+        # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
+        # and are overwritten later, as are the first thin-1 sweeps of every block.
+        def sweep(t, carry):
+            state, k, draws, rate = carry
+            state, k, info = _chain_step(state, k, h, J, beta, classes)
+            d = jnp.clip((t - burn) // thin, 0, D - 1)
+            draws = lax.dynamic_update_index_in_dim(draws, state.spins, d, 0)
+            rate = rate + jnp.where(t >= burn, info.flip_rate, 0)
+            return state, k, draws, rate
+
+        _, _, draws, rate = lax.fori_loop(0, total, sweep, (state, k, draws, rate))
+        return draws, rate / (D * thin)
+
+    return jax.vmap(one_chain)(_chain_keys(key, num_chains))
+
+
+# ---------------------------------------------------------------------------------
+# NumPyro kernel
+# ---------------------------------------------------------------------------------
+
+
+class IsingMCMCState(NamedTuple):
+    """State of :class:`IsingGibbsKernel` (one chain, or ``[C, ...]`` when vectorized).
+
+    z: spins ``[*batch, n]`` (the ``sample_field``); energy: ``E(z)`` ``[*batch]``;
+    flip_rate: of the last sweep ``[*batch]``; rng_key: the chain's key.
+    ``energy`` and ``flip_rate`` can be collected with ``MCMC.run(..., extra_fields=("energy", "flip_rate"))``.
+    """
+
+    z: jax.Array
+    energy: jax.Array
+    flip_rate: jax.Array
+    rng_key: jax.Array
+
+
+class IsingGibbsKernel(MCMCKernel):
+    """The heat-bath Gibbs sweep as a ``numpyro.infer.mcmc.MCMCKernel``.
+
+    ::
+
+        kernel = IsingGibbsKernel(model, schedule="colored")
+        mcmc = MCMC(kernel, num_warmup=200, num_samples=500, num_chains=4, chain_method="vectorized")
+        mcmc.run(jax.random.key(0))
+        mcmc.get_samples()["s"]     # [chains * draws, *batch, n]
+        mcmc.print_summary(); az.from_numpyro(mcmc)
+
+    One MCMC step is one full sweep. Samples are reported as the site ``site``
+    (default ``"s"``). Works with every ``chain_method``; with ``"vectorized"``
+    the chains are vmapped over their own keys, exactly as the :class:`Gibbs`
+    engine runs them (same key => same samples). ``init_params`` (optional) are
+    initial spins ``[*batch, n]`` (``[C, *batch, n]`` for several chains).
+    """
+
+    model = None  # not a NumPyro model: az.from_numpyro reads sampler.model and must find None
+    sample_field = "z"
+
+    def __init__(self, ising_model: IsingModel, schedule: str = "systematic", colors=None, site: str = "s"):
+        if not isinstance(ising_model, IsingModel):
+            raise IsingInputError(f"IsingGibbsKernel needs an IsingModel; got {type(ising_model).__name__}.")
+        self.ising_model = ising_model
+        self.schedule = schedule
+        self.site = site
+        self._classes = schedule_classes(schedule, ising_model.J, colors)
+
+    @property
+    def default_fields(self):
+        return ("z",)
+
+    def _shape(self):
+        return tuple(self.ising_model.batch_shape) + (self.ising_model.n,)
+
+    def _init_one(self, key, init):
+        m = self.ising_model
+        state, k = _chain_init(key, self._shape(), m.active(), m.dtype)
+        if init is not None:
+            s = jnp.broadcast_to(jnp.asarray(init, m.dtype), self._shape())
+            act = m.active()
+            state = GibbsState(jnp.sign(s) if act is None else jnp.where(act, jnp.sign(s), 0.0))
+        return IsingMCMCState(state.spins, energy(m.h, m.J, state.spins), jnp.zeros(self._shape()[:-1], m.dtype), k)
+
+    def _sample_one(self, state: IsingMCMCState) -> IsingMCMCState:
+        m = self.ising_model
+        new, k, info = _chain_step(GibbsState(state.z), state.rng_key, m.h, m.J, m.beta, self._classes)
+        return IsingMCMCState(new.spins, energy(m.h, m.J, new.spins), info.flip_rate, k)
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        if is_prng_key(rng_key):
+            return self._init_one(rng_key, init_params)
+        # chain_method="vectorized": a batch of keys, one per chain
+        return jax.vmap(self._init_one, in_axes=(0, None if init_params is None else 0))(rng_key, init_params)
+
+    def sample(self, state, model_args, model_kwargs):
+        if is_prng_key(state.rng_key):
+            return self._sample_one(state)
+        return jax.vmap(self._sample_one)(state)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        site = self.site
+        return lambda z: {site: z}
+
+    def get_diagnostics_str(self, state):
+        return f"flip rate {float(jnp.mean(state.flip_rate)):.3f}"
+
+
+# ---------------------------------------------------------------------------------
+# Engine
+# ---------------------------------------------------------------------------------
+
+
+@register("gibbs")
+class Gibbs(Engine):
+    """Heat-bath Gibbs sampling, vectorized over chains and the whole model batch.
+
+    Config (static): ``num_warmup`` discarded sweeps; ``num_samples`` sweeps after
+    warmup, of which every ``thin``-th is kept (``num_samples // thin`` draws per
+    chain, as in ``numpyro.infer.MCMC``); ``num_chains``; ``schedule``
+    (``"systematic"`` or ``"colored"``); ``colors`` (optional fixed colouring,
+    needed for colored updates under jit, see :func:`schedule_classes`);
+    ``diagnostics`` (R-hat/ESS in ``info``: an FFT over every draw of every spin,
+    turn it off in training loops where it is not read); ``rhat_threshold``.
+
+    ``marginals(model, *, key)`` returns :func:`sample_marginals` of the draws
+    (``samples [*batch, chains * draws, n]``, chain-major), so the mean is
+    differentiable through the fluctuation–dissipation VJP. ``info``:
+
+    * ``flip_rate [*batch, chains]``: fraction of active spins flipped per sweep
+      (heat bath always accepts; this is the acceptance-rate analogue).
+    * ``r_hat``, ``ess``, ``mcse`` ``[*batch, n]`` (with ``diagnostics``): split
+      R-hat and ESS (numpyro's estimators, computed in JAX so they work under
+      jit), and the Monte Carlo standard error ``std / sqrt(ess)`` of each mean.
+      Inactive spins report ``r_hat = 1``, ``ess = chains·draws``, ``mcse = 0``.
+    * ``converged [*batch]``: every spin has ``r_hat < rhat_threshold``. When
+      values are concrete a ``RuntimeWarning`` names the failures.
+
+    Works inside ``jax.jit``/``grad`` (e.g. in ``boltzmann_attention`` while
+    training); the sampler itself sees ``stop_gradient`` parameters.
+    """
+
+    num_warmup: int = eqx.field(static=True, default=200)
+    num_samples: int = eqx.field(static=True, default=500)
+    num_chains: int = eqx.field(static=True, default=4)
+    schedule: str = eqx.field(static=True, default="systematic")
+    thin: int = eqx.field(static=True, default=1)
+    colors: Optional[tuple] = eqx.field(static=True, default=None)
+    diagnostics: bool = eqx.field(static=True, default=True)
+    rhat_threshold: float = eqx.field(static=True, default=1.05)
+
+    def __check_init__(self):
+        for name in ("num_warmup", "num_samples", "num_chains", "thin"):
+            v = getattr(self, name)
+            lo = 0 if name == "num_warmup" else 1
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+                raise IsingInputError(f"Gibbs: {name} must be an integer ≥ {lo}; got {v!r}.")
+        if self.schedule not in SCHEDULES:
+            raise IsingInputError(f"Gibbs: schedule must be one of {SCHEDULES}; got {self.schedule!r}.")
+        draws = self.num_samples // self.thin
+        need = 4 if self.diagnostics else 1
+        if draws < need:
+            raise IsingInputError(
+                f"Gibbs keeps num_samples // thin = {self.num_samples} // {self.thin} = {draws} draws per chain; "
+                f"need at least {need}{' for split R-hat' if self.diagnostics else ''}. Raise num_samples or lower thin."
+            )
+
+    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
+        if key is None:
+            raise IsingInputError("Gibbs is a sampling engine and needs a PRNG key: marginals(model, key=jax.random.key(0)).")
+        if not isinstance(model, IsingModel):
+            raise IsingInputError(f"Gibbs.marginals expects an IsingModel; got {type(model).__name__}.")
+        classes = schedule_classes(self.schedule, model.J, self.colors)
+        # Only what shapes the computation is static: a dense 'colored' run shares the
+        # compiled program of the systematic one.
+        config = (self.num_warmup, self.num_samples, self.num_chains, self.thin, self.diagnostics,
+                  float(self.rhat_threshold), classes)
+        out = _gibbs_marginals(model, key, config)
+        conv = out.info.get("converged")
+        if conv is not None and not isinstance(conv, jax.core.Tracer):
+            bad = ~np.asarray(conv)
+            if bad.any():
+                worst = float(np.nanmax(np.asarray(out.info["r_hat"])))
+                warnings.warn(
+                    f"Gibbs: {int(bad.sum())} of {bad.size} models have a spin with split R-hat ≥ {self.rhat_threshold} "
+                    f"(worst {worst:.3g}): the chains have not mixed. Raise num_warmup/num_samples, or use more chains; "
+                    "see info['converged'], info['r_hat'].",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return out
+
+
+@eqx.filter_jit
+def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
+    num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes = config
+    n, dtype = model.n, model.dtype
+    batch = tuple(model.batch_shape)
+    # The sampler needs no derivatives: gradients come from the fluctuation–dissipation VJP.
+    h, J, beta = (lax.stop_gradient(x) for x in (model.h, model.J, model.beta))
+    draws, rates = run_chains(
+        key, h, J, beta, model.active(), batch + (n,), num_warmup=num_warmup,
+        num_samples=num_samples, num_chains=num_chains, thin=thin, classes=classes,
+    )  # draws [C, D, *batch, n], rates [C, *batch]
+    C, D = draws.shape[:2]
+    info = {"flip_rate": jnp.moveaxis(rates, 0, -1)}
+    if diagnostics:
+        rhat = split_gelman_rubin(draws)  # [*batch, n]
+        ess = effective_sample_size(draws)
+        var = draws.reshape((C * D,) + draws.shape[2:]).var(0)
+        info.update(
+            r_hat=rhat.astype(dtype),
+            ess=ess.astype(dtype),
+            mcse=jnp.sqrt(var / ess).astype(dtype),
+            converged=jnp.all(rhat < rhat_threshold, axis=-1),
+        )
+    samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(batch + (C * D, n))  # chain-major
+    return sample_marginals(model, samples, info)
+
+
+# ---------------------------------------------------------------------------------
+# ArviZ export
+# ---------------------------------------------------------------------------------
+
+
+def to_inference_data(result, *, num_chains: Optional[int] = None, site: str = "s", batch_dims=None):
+    """An ``arviz.InferenceData`` of Gibbs samples, so ``az.summary`` gives R-hat and ESS.
+
+    ``result`` is either a ``numpyro.infer.MCMC`` run with :class:`IsingGibbsKernel`
+    (converted with ``az.from_numpyro``; collected extra fields become
+    ``sample_stats``) or the ``Marginals`` of the :class:`Gibbs` engine (its
+    ``samples [*batch, chains*draws, n]`` are regrouped by chain; ``num_chains``
+    defaults to ``info["flip_rate"].shape[-1]``). The posterior variable ``site``
+    has dims ``(chain, draw, *batch_dims, "spin")``; ``batch_dims`` defaults to
+    ``batch_0, batch_1, ...``.
+    """
+    import arviz as az
+    from numpyro.infer import MCMC
+
+    if isinstance(result, MCMC):
+        if not isinstance(result.sampler, IsingGibbsKernel):
+            raise IsingInputError(
+                f"to_inference_data expects an MCMC run with IsingGibbsKernel; got sampler {type(result.sampler).__name__}. "
+                "For other kernels call az.from_numpyro directly."
+            )
+        r = len(result.sampler.ising_model.batch_shape)
+        dims = list(batch_dims) if batch_dims is not None else [f"batch_{i}" for i in range(r)]
+        return az.from_numpyro(result, dims={result.sampler.site: dims + ["spin"]})
+    if isinstance(result, Marginals):
+        if result.samples is None:
+            raise IsingInputError("to_inference_data needs Marginals with samples (from a sampling engine such as Gibbs).")
+        if num_chains is None:
+            if "flip_rate" not in result.info:
+                raise IsingInputError("to_inference_data: pass num_chains= (these Marginals do not come from Gibbs).")
+            num_chains = result.info["flip_rate"].shape[-1]
+        s = np.asarray(result.samples)
+        *batch, S, n = s.shape
+        if S % num_chains:
+            raise IsingInputError(f"{S} samples do not split into num_chains = {num_chains} equal chains.")
+        s = s.reshape(tuple(batch) + (num_chains, S // num_chains, n))
+        s = np.moveaxis(s, (-3, -2), (0, 1))  # [C, D, *batch, n]
+        dims = list(batch_dims) if batch_dims is not None else [f"batch_{i}" for i in range(len(batch))]
+        return az.from_dict(posterior={site: s}, dims={site: dims + ["spin"]})
+    raise IsingInputError(
+        f"to_inference_data expects a numpyro MCMC (with IsingGibbsKernel) or Gibbs Marginals; got {type(result).__name__}."
+    )
