@@ -2,7 +2,7 @@
 
 All three solve a fixed point ``x = F(x; h, J, β)`` by damped parallel iteration
 
-    x ← x + damping · (F(x) - x)
+    x ← damping · x + (1 - damping) · F(x)
 
 and are differentiated *implicitly* at the fixed point (``jax.lax.custom_root``): the
 tangent and adjoint systems ``(I - ∂F/∂x) z = b`` are solved by the same damped
@@ -29,13 +29,18 @@ starts at zero could never learn.
 Cost per iteration: ``O(n²)`` per model for every method (one mat-vec, or one pass over
 the ``n × n`` messages). Memory: ``O(n)`` per model for naive/TAP, ``O(n²)`` for BP.
 BP converges slowly (or not at all) near and beyond a spin-glass or ferromagnetic
-transition; raise ``damping`` towards 1 for speed on easy models, lower it for hard
-ones, and check ``info["converged"]``.
+transition; raise ``damping`` towards 1 for hard models (slower, but it tames the
+oscillations of the parallel update), lower it towards 0 for speed on easy ones, and
+check ``info["converged"]``.
+
+Accuracy (tests/test_meanfield.py; dense n=16, ``J ~ N(0, 1/n)``, ``h ~ N(0, 1)``, β=1,
+8 seeded instances): mean max-marginal error naive 0.49, TAP 0.096, BP 0.074. Speed:
+BP on 256 such models, jitted, ~0.1 s in float32 on a loaded 2-core CPU (~40 iterations).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import warnings
 from typing import Optional
 
@@ -63,8 +68,9 @@ class MeanField(Engine):
 
     Args:
         method: ``"naive"``, ``"tap"`` or ``"bp"``.
-        damping: step size of the damped iteration, in ``(0, 1]``; 1 is the undamped
-            parallel update. Smaller is slower but converges on harder models.
+        damping: weight of the old state, ``x ← damping·x + (1 - damping)·F(x)``, in
+            ``[0, 1)``; 0 is the undamped parallel update. Larger is slower but
+            converges on harder models.
         max_iter: iteration cap (forward pass, and each tangent/adjoint solve).
         tol: convergence threshold on a model's residual, its largest undamped update
             ``max |F(x) - x| / max(1, max |x|)`` (absolute for the magnetizations of
@@ -96,9 +102,9 @@ class MeanField(Engine):
     def __check_init__(self):
         if self.method not in METHODS:
             raise IsingInputError(f"method must be one of {METHODS}; got {self.method!r}. E.g. MeanField(method='tap').")
-        if not (isinstance(self.damping, (int, float)) and 0 < self.damping <= 1):
+        if not (isinstance(self.damping, (int, float)) and 0 <= self.damping < 1):
             raise IsingInputError(
-                f"damping must be a number in (0, 1] (the step x ← x + damping·(F(x) - x)); got {self.damping!r}."
+                f"damping must be a number in [0, 1) (x ← damping·x + (1 - damping)·F(x)); got {self.damping!r}."
             )
         if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
             raise IsingInputError(f"max_iter must be a positive int; got {self.max_iter!r}.")
@@ -117,12 +123,15 @@ class MeanField(Engine):
             warnings.warn(
                 f"MeanField(method={self.method!r}) did not converge for {int(jnp.sum(bad))} of {conv.size} model(s) "
                 f"within max_iter={self.max_iter}: largest residual {float(jnp.max(jnp.where(bad, res, 0))):.3g} "
-                f"> tol={self.tol:g}. Raise max_iter, or lower damping (now {self.damping}) for hard "
-                "(strongly coupled or frustrated) models; info['converged'] flags which ones.",
+                f"> tol={self._tol(out.mean.dtype):g}. Raise max_iter, or raise damping towards 1 (now "
+                f"{self.damping}) for hard (strongly coupled or frustrated) models; info['converged'] flags which ones.",
                 MeanFieldConvergenceWarning,
                 stacklevel=3,  # the caller, past equinox's bound-method wrapper
             )
         return out
+
+    def _tol(self, dtype) -> float:
+        return max(float(self.tol), EPS_FLOOR * float(jnp.finfo(dtype).eps))
 
     @eqx.filter_jit
     def _solve(self, model: IsingModel) -> Marginals:
@@ -136,8 +145,8 @@ class MeanField(Engine):
         # gradient with respect to J symmetric and zero on the diagonal, as Exact's is.
         J = (J + jnp.swapaxes(J, -1, -2)) / 2 * (1 - jnp.eye(n, dtype=dt))
         h = jnp.broadcast_to(h, batch + (n,))
-        tol = max(float(self.tol), EPS_FLOOR * float(jnp.finfo(dt).eps))
-        solver = _Solver(self.damping, tol, self.max_iter, len(batch))
+        tol = self._tol(dt)
+        solver = _Solver(1 - self.damping, tol, self.max_iter, len(batch))
 
         if self.method == "bp":
             x0 = jnp.zeros(batch + (n, n), dt)
@@ -168,7 +177,7 @@ class MeanField(Engine):
         """``m mᵀ + (1/β) ∂m/∂h``: one jvp (tangent solve) per field index."""
         n, batch = model.n, model.batch_shape
         h = jnp.broadcast_to(model.h, batch + (n,))
-        plain = eqx.tree_at(lambda e: e.corr, self, False)
+        plain = dataclasses.replace(self, corr=False)
 
         def mean_of(hh):
             return plain._solve(_with_h(model, hh)).mean
@@ -250,13 +259,13 @@ def _atanh_tanh_prod_jvp(primals, tangents):
 
 
 class _Solver:
-    """Damped iteration ``x ← x + d·(F(x) - x)`` per model of a batch, with gradients by
-    ``lax.custom_root``. The leading ``nb`` axes of the state index models; a model stops
+    """Damped iteration ``x ← x + d·(F(x) - x)`` (step ``d = 1 - damping``) per model of a
+    batch, with gradients by ``lax.custom_root``. The leading ``nb`` axes of the state index models; a model stops
     moving once its residual ``max |F(x) - x|`` is ``≤ tol``, so each model's result and
     iteration count do not depend on the rest of the batch."""
 
-    def __init__(self, damping: float, tol: float, max_iter: int, nb: int):
-        self.d, self.tol, self.max_iter, self.nb = damping, tol, max_iter, nb
+    def __init__(self, step: float, tol: float, max_iter: int, nb: int):
+        self.d, self.tol, self.max_iter, self.nb = step, tol, max_iter, nb
 
     def _per_model_max(self, x):
         return jnp.max(jnp.abs(x), axis=tuple(range(self.nb, x.ndim)))
