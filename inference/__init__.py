@@ -6,5 +6,6 @@
 from isingattn.engine import Engine, available, get, register
 from isingattn.inference.dimod_engine import DimodEngine
 from isingattn.inference.exact import Exact
+from isingattn.inference.meanfield import MeanField, MeanFieldConvergenceWarning
 
-__all__ = ["DimodEngine", "Engine", "Exact", "available", "get", "register"]
+__all__ = ["DimodEngine", "Engine", "Exact", "MeanField", "MeanFieldConvergenceWarning", "available", "get", "register"]
