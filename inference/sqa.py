@@ -1,0 +1,503 @@
+"""Path-integral simulated quantum annealing (SQA), DESIGN.md §3.
+
+The transverse-field model ``H = E(σ^z) - Γ Σ_i σ^x_i`` at inverse temperature β is
+mapped by Suzuki–Trotter onto ``P`` classical replicas ``s^0 .. s^{P-1}`` (a ring in
+``k``) with the weight
+
+    w(s) = exp[ -(β/P) Σ_k E(s^k) + K Σ_k Σ_i s_i^k s_i^{k+1} ],   K = -½ ln tanh(βΓ/P) > 0.
+
+Moves (one *sweep* visits every spin ``i = 0..n-1`` once):
+
+* single-spin Metropolis in replica ``k``:
+  ``ΔS = (β/P) ΔE_k(i) + 2K s_i^k (s_i^{k-1} + s_i^{k+1})``, ``ΔE_k(i) = 2 s_i^k F_i^k``
+  with the local field ``F^k = h + J s^k``. Replicas interact only through the ring,
+  so for one spin ``i`` all replicas of one colour of the ring (even ``k``, then odd
+  ``k``; a third colour for the last replica when ``P`` is odd) are updated at once.
+* global move: flip spin ``i`` in every replica. The ring term is invariant, so it is
+  accepted with ``exp(-(β/P) Σ_k ΔE_k(i))``. It is the only move that still works when
+  ``Γ → 0`` (``K → ∞`` locks the replicas together).
+
+The local fields are updated incrementally, once per spin after all its moves
+(``F^k += (s_i^k,new - s_i^k,old) J[i]``; ``F_i`` does not depend on ``s_i`` because
+``J_ii = 0``), so a sweep costs ``O(P n²)`` per read and model, and they are
+recomputed exactly by one GEMM every ``FIELD_REFRESH`` sweeps so that float32 round-off
+cannot accumulate.
+
+Schedules lower ``Γ`` at fixed ``β`` over ``num_sweeps`` sweeps
+(:func:`gamma_values`): ``("linear", Γ_max, Γ_min)`` steps ``Γ`` by equal differences,
+``("geometric", Γ_max, Γ_min)`` by equal ratios (``Γ_min > 0``), which spends more
+sweeps at small ``Γ`` where the replicas lock.
+
+Modes:
+
+* ``"anneal"`` — ground-state search, like openjij's ``SQASampler``: after the
+  schedule each read returns its lowest-energy replica (openjij's ``get_solution``
+  does the same). This is *not* a Boltzmann sampler at β.
+* ``"thermal"`` — samples ``exp(-β E)``. The schedule is continued to ``Γ = 0``, where
+  ``K = ∞`` locks the ring: the weight of a locked ring is ``exp(-β E(s))`` and the
+  global move is then exactly a classical Metropolis update at β. So each read keeps
+  one replica (replica 0 — a fixed index; picking the best replica would bias the
+  sample) and runs ``thermal_sweeps`` classical Metropolis sweeps at β (a ``P = 1``
+  sweep of the same kernel). The annealed path-integral state is the initial
+  condition; the tail makes the samples exact in the long-run limit. The split
+  R-hat of the energy over the tail (reads as chains) is reported, and a warning is
+  issued when it exceeds ``RHAT_THRESHOLD``.
+
+Where it becomes slow: cost is ``num_reads · P · n² · num_sweeps`` per model (dense
+couplings; sparsity is not exploited), plus ``num_reads · n² · thermal_sweeps``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from functools import partial
+from typing import NamedTuple, Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from isingattn.energy import energy
+from isingattn.engine import Engine, register
+from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.fluctuation import sample_marginals
+from isingattn.marginals import Marginals
+from isingattn.model import IsingModel
+
+MODES = ("anneal", "thermal")
+SCHEDULES = ("linear", "geometric")
+FIELD_REFRESH = 32  # sweeps between exact recomputations of the incremental local fields
+PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
+RHAT_THRESHOLD = 1.1  # split R-hat of the tail energy above which thermal samples are flagged
+
+
+# ---- the kernel (blackjax style) ------------------------------------------------------------
+
+
+class SQAState(NamedTuple):
+    """State of the Trotter ring.
+
+    spins: ``[..., P, n]`` in {-1, +1}; axis -2 is the replica index ``k`` (periodic).
+    field: ``[..., P, n]`` local fields ``F^k = h + J s^k`` of every replica.
+    """
+
+    spins: jax.Array
+    field: jax.Array
+
+
+class SQAInfo(NamedTuple):
+    """Diagnostics of one sweep, ``[...]`` (batch of the state without ``P, n``).
+
+    acceptance_single: fraction of accepted single-spin moves (over replicas and spins).
+    acceptance_global: fraction of accepted global moves (over spins); 0 when disabled.
+    """
+
+    acceptance_single: jax.Array
+    acceptance_global: jax.Array
+
+
+def trotter_coupling(beta, gamma, P: int):
+    """``K = -½ ln tanh(βΓ/P)``, computed stably for small and large ``βΓ/P``.
+
+    ``K → ∞`` as ``Γ → 0`` (replicas lock) and ``K → 0`` as ``Γ → ∞`` (free replicas).
+    """
+    x = beta * gamma / P
+    e = jnp.exp(-2.0 * x)
+    # tanh x = (1 - e)/(1 + e) with e = exp(-2x): log1p / expm1 keep both limits accurate
+    return 0.5 * (jnp.log1p(e) - jnp.log(-jnp.expm1(-2.0 * x)))
+
+
+def local_field(spins, h, J):
+    """``F = h + J s`` for spins ``[..., P, n]``; h ``[..., n]``, J ``[..., n, n]`` broadcast."""
+    return h[..., None, :] + spins @ J  # J symmetric: (J s)_j = (s J)_j; batch dims broadcast
+
+
+def sqa_init(spins, h, J) -> SQAState:
+    """State from spins ``[..., P, n]`` (a single classical configuration: ``P = 1``)."""
+    return SQAState(spins=spins, field=local_field(spins, h, J))
+
+
+def _uniform(key, shape, dtype):
+    """``jax.random.uniform`` drawn flat and reshaped: XLA:CPU compiles partitionable
+    threefry over a multi-dimensional shape several times slower than over a flat one."""
+    return jax.random.uniform(key, (int(np.prod(shape)),), dtype).reshape(shape)
+
+
+def _ring_colours(P: int):
+    """Boolean masks ``[P]`` of replicas that do not neighbour each other on the ring."""
+    k = np.arange(P)
+    if P == 1:
+        return [k == 0]
+    if P % 2 == 0:
+        return [k % 2 == 0, k % 2 == 1]
+    last = k == P - 1  # odd ring: replica P-1 neighbours both 0 and P-2
+    return [(k % 2 == 0) & ~last, k % 2 == 1, last]
+
+
+def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True):
+    """One sweep of the path-integral Metropolis kernel.
+
+    Args:
+        key: PRNG key (one for the whole state: every spin, replica and batch element
+            draws its own uniform from it).
+        state: :class:`SQAState` with spins and fields ``[..., P, n]``.
+        h: fields ``[..., n]``; J: symmetric zero-diagonal couplings ``[..., n, n]``
+            (both broadcast against the state's batch). ``h`` is carried in
+            ``state.field``; it is taken for the API's symmetry with :func:`sqa_init`.
+        beta: inverse temperature (scalar); gamma: transverse field Γ ≥ 0 (scalar).
+        P: Trotter number; must equal ``state.spins.shape[-2]`` (inferred when None).
+            ``P = 1`` is plain classical Metropolis at β (no ring).
+        global_moves: also propose flipping spin ``i`` in every replica.
+
+    Returns:
+        ``(new_state, SQAInfo)``. Pure: the same key gives the same result.
+    """
+    del h  # the fields already contain it
+    spins, field = state
+    n = spins.shape[-1]
+    if P is None:
+        P = spins.shape[-2]
+    if spins.shape[-2] != P:
+        raise IsingInputError(f"state has {spins.shape[-2]} replicas on axis -2 but P = {P}. Pass P = spins.shape[-2].")
+    dt = field.dtype
+    batch = spins.shape[:-2]
+    bp = jnp.asarray(beta, dt) / P
+    K = trotter_coupling(jnp.asarray(beta, dt), jnp.asarray(gamma, dt), P)
+    colours = [jnp.asarray(c) for c in _ring_colours(P)]
+    k1, k2 = jax.random.split(key)
+    logu = jnp.log(_uniform(k1, (n,) + batch + (P,), dt))  # one proposal per (spin, replica)
+    logug = jnp.log(_uniform(k2, (n,) + batch, dt)) if global_moves else None
+
+    def step(carry, xs):
+        spins, field, acc_s, acc_g = carry
+        i, lu, lug = xs
+        s0 = lax.dynamic_index_in_dim(spins, i, axis=-1, keepdims=False)  # [..., P]
+        f = lax.dynamic_index_in_dim(field, i, axis=-1, keepdims=False)  # F_i^k, unchanged by s_i (J_ii = 0)
+        s = s0
+        for c in colours:
+            dS = bp * 2.0 * s * f
+            if P > 1:
+                nb = jnp.roll(s, 1, axis=-1) + jnp.roll(s, -1, axis=-1)
+                # nb == 0 when the neighbours disagree: no ring cost, and no inf*0 at Γ = 0
+                dS = dS + jnp.where(nb == 0, 0.0, 2.0 * K * s * nb)
+            acc = c & (lu < -dS)
+            s = jnp.where(acc, -s, s)
+            acc_s = acc_s + jnp.sum(acc, axis=-1).astype(dt)
+        if global_moves:
+            dSg = bp * 2.0 * jnp.sum(s * f, axis=-1)  # ring term invariant under a global flip
+            accg = lug < -dSg
+            s = jnp.where(accg[..., None], -s, s)
+            acc_g = acc_g + accg.astype(dt)
+        # one rank-1 update per spin, after all of its moves (layout [..., P, n] measured
+        # fastest on CPU against spin-major [n, ..., P])
+        Jrow = lax.dynamic_index_in_dim(J, i, axis=-2, keepdims=False)  # [..., n]
+        field = field + (s - s0)[..., None] * Jrow[..., None, :]
+        spins = lax.dynamic_update_index_in_dim(spins, s.astype(spins.dtype), i, axis=-1)
+        return (spins, field, acc_s, acc_g), None
+
+    zero = jnp.zeros(batch, dt)
+    xs = (jnp.arange(n), logu, logug if global_moves else jnp.zeros((n,) + batch, dt))
+    (spins, field, acc_s, acc_g), _ = lax.scan(step, (spins, field, zero, zero), xs)
+    info = SQAInfo(acceptance_single=acc_s / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
+    return SQAState(spins, field), info
+
+
+# ---- schedules and the full run ---------------------------------------------------------------
+
+
+def gamma_values(schedule, num_sweeps: int) -> np.ndarray:
+    """Γ for each sweep, float64 ``[num_sweeps]``, from ``(kind, Γ_max, Γ_min)``."""
+    kind, gmax, gmin = _check_schedule(schedule)
+    if num_sweeps == 1:
+        return np.array([gmin])
+    if kind == "linear":
+        return np.linspace(gmax, gmin, num_sweeps)
+    return np.geomspace(gmax, gmin, num_sweeps)
+
+
+def _check_schedule(schedule):
+    try:
+        kind, gmax, gmin = schedule
+        gmax, gmin = float(gmax), float(gmin)
+    except (TypeError, ValueError):
+        raise IsingInputError(
+            f"gamma_schedule must be a tuple (kind, gamma_max, gamma_min) with kind in {SCHEDULES}; got {schedule!r}. "
+            "Example: ('linear', 3.0, 0.01)."
+        ) from None
+    if kind not in SCHEDULES:
+        raise IsingInputError(f"gamma_schedule kind must be one of {SCHEDULES}; got {kind!r}.")
+    if not (np.isfinite(gmax) and np.isfinite(gmin) and gmax >= gmin >= 0 and gmax > 0):
+        raise IsingInputError(
+            f"gamma_schedule needs finite gamma_max ≥ gamma_min ≥ 0 and gamma_max > 0; got ({gmax}, {gmin}). "
+            "Γ is lowered from gamma_max to gamma_min."
+        )
+    if kind == "geometric" and gmin <= 0:
+        raise IsingInputError(f"a geometric schedule needs gamma_min > 0; got {gmin}. Use e.g. 1e-3, or kind='linear'.")
+    return kind, gmax, gmin
+
+
+def check_config(*, num_sweeps, trotter, gamma_schedule, mode, num_reads, thermal_sweeps):
+    """Raise ``IsingInputError``/``IsingTypeError`` for an invalid SQA configuration."""
+    for name, v, lo in (("num_sweeps", num_sweeps, 1), ("trotter", trotter, 1), ("num_reads", num_reads, 1),
+                        ("thermal_sweeps", thermal_sweeps, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise IsingTypeError(f"{name} must be an int; got {type(v).__name__} ({v!r}).")
+        if v < lo:
+            raise IsingInputError(f"{name} must be ≥ {lo}; got {v}.")
+    if mode not in MODES:
+        raise IsingInputError(f"mode must be one of {MODES}; got {mode!r}. 'thermal' samples exp(-βE), 'anneal' searches ground states.")
+    _check_schedule(gamma_schedule)
+
+
+def _split_rhat(x):
+    """Split-chain R-hat of ``x [R, T, ...]`` (reads as chains) -> ``[...]``; NaN if ``T < 4``."""
+    R, T = x.shape[:2]
+    if T < 4:
+        return jnp.full(x.shape[2:], jnp.nan, x.dtype)
+    L = T // 2
+    c = jnp.concatenate([x[:, :L], x[:, T - L :]], axis=0)  # [2R, L, ...]
+    W = jnp.mean(jnp.var(c, axis=1, ddof=1), axis=0)
+    B_over_L = jnp.var(jnp.mean(c, axis=1), axis=0, ddof=1)
+    var_plus = (L - 1) / L * W + B_over_L
+    # all chains constant and equal: perfectly "mixed" for this statistic
+    return jnp.where(var_plus == 0, 1.0, jnp.sqrt(var_plus / jnp.where(W == 0, 0.0, W)))
+
+
+@partial(jax.jit, static_argnames=("num_reads", "trotter", "num_sweeps", "gamma_schedule", "mode",
+                                   "thermal_sweeps", "global_moves"))
+def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int, gamma_schedule: tuple,
+               mode: str, thermal_sweeps: int, global_moves: bool = True):
+    """Run SQA and return one sample per read.
+
+    Args:
+        key: PRNG key. Every read, replica and spin draws its own uniforms from
+            ``fold_in(key, sweep)`` (disjoint positions of the stream), so reads are
+            independent and the result is a pure function of the key.
+        h ``[..., n]``, J ``[..., n, n]``: broadcast batch of models (J symmetric, zero
+            diagonal); beta: scalar.
+        Other arguments: see :class:`SQA`.
+
+    Returns:
+        ``samples [..., num_reads, n]`` (dtype of h) and an info dict of ``[...]`` arrays:
+        ``acceptance_single``, ``acceptance_global`` (means over reads and annealing
+        sweeps), ``energy`` ``[..., num_reads]`` of the returned samples and, for
+        ``mode="thermal"``, ``rhat_energy`` and ``converged``.
+    """
+    dt = h.dtype
+    n = h.shape[-1]
+    batch = jnp.broadcast_shapes(h.shape[:-1], J.shape[:-2])
+    h = jnp.broadcast_to(h, batch + (n,))
+    beta = jnp.asarray(beta, dt)
+    gammas = jnp.asarray(gamma_values(gamma_schedule, num_sweeps), dt)
+    P = trotter
+
+    def run_sweeps(key, state, gammas, P, global_moves, trace_energy=False):
+        def body(state, xs):
+            t, g = xs
+            state = lax.cond(t % FIELD_REFRESH == 0, lambda st: sqa_init(st.spins, h, J), lambda st: st, state)
+            state, info = sqa_sweep(jax.random.fold_in(key, t), state, h, J, beta, g, P, global_moves=global_moves)
+            E = energy(h[..., None, :], J[..., None, :, :], state.spins) if trace_energy else None
+            return state, (info, E)
+
+        return lax.scan(body, state, (jnp.arange(gammas.shape[0]), gammas))
+
+    # Reads are a leading batch axis of the state [R, ..., P, n] (not a vmap): each sweep
+    # draws one flat block of uniforms for all reads, so reads use disjoint parts of the
+    # stream of fold_in(key, sweep); a vmapped threefry compiles several times slower.
+    R = num_reads
+    k_init, k_anneal, k_tail = jax.random.split(key, 3)
+    spins = jnp.where(_uniform(k_init, (R,) + batch + (P, n), dt) < 0.5, -1.0, 1.0).astype(dt)
+    state, (infos, _) = run_sweeps(k_anneal, sqa_init(spins, h, J), gammas, P, global_moves)
+    info = {"acceptance_single": infos.acceptance_single.mean((0, 1)),
+            "acceptance_global": infos.acceptance_global.mean((0, 1))}
+    if mode == "anneal":
+        E = energy(h[..., None, :], J[..., None, :, :], state.spins)  # [R, ..., P]
+        best = jnp.argmin(E, axis=-1)  # the lowest-energy replica, as openjij's get_solution
+        s = jnp.take_along_axis(state.spins, best[..., None, None], axis=-2)[..., 0, :]
+        E = jnp.min(E, axis=-1)
+    else:
+        # thermal: Γ -> 0 locks the ring; keep replica 0 and run classical sweeps at β
+        s1 = state.spins[..., :1, :]
+        if thermal_sweeps:
+            st, (_, Etrace) = run_sweeps(k_tail, sqa_init(s1, h, J), jnp.zeros((thermal_sweeps,), dt), 1, False, True)
+            s1 = st.spins
+            rhat = _split_rhat(jnp.swapaxes(Etrace[..., 0], 0, 1))  # [T, R, ...] -> [R, T, ...]
+        else:
+            rhat = jnp.full(batch, jnp.nan, dt)
+        s = s1[..., 0, :]
+        E = energy(h, J, s)
+        info["rhat_energy"] = rhat
+        info["converged"] = rhat < RHAT_THRESHOLD  # NaN (too short a tail) counts as not converged
+    r = len(batch)
+    info["energy"] = jnp.moveaxis(E, 0, r)
+    return jnp.moveaxis(s, 0, r), info
+
+
+# ---- the engine -------------------------------------------------------------------------------
+
+
+def _concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+@register("sqa")
+class SQA(Engine):
+    """Path-integral simulated quantum annealing (see the module docstring).
+
+    Config (static):
+        num_sweeps: annealing sweeps (Γ lowered over them).
+        trotter: number of Trotter replicas ``P``.
+        gamma_schedule: ``(kind, Γ_max, Γ_min)``, kind ``"linear"`` or ``"geometric"``;
+            Γ in the units of the energy.
+        beta: inverse temperature; ``None`` uses the model's β. A given β also becomes
+            the β of the returned model statistics (their gradient uses it).
+        mode: ``"thermal"`` (samples ``exp(-βE)``; gradients by fluctuation–dissipation)
+            or ``"anneal"`` (lowest-energy replica of each read; a ground-state search,
+            its "marginals" are not Boltzmann marginals at β).
+        num_reads: independent reads = samples per model.
+        thermal_sweeps: classical Metropolis sweeps at β after the anneal (thermal mode).
+        global_moves: propose flipping a spin in all replicas at once.
+
+    ``marginals(model, key=key)`` returns :func:`~isingattn.fluctuation.sample_marginals`
+    of the ``[..., num_reads, n]`` samples, so it is differentiable in ``h``, ``J``, β and
+    works inside ``jit``. ``info``: ``acceptance_single``, ``acceptance_global``,
+    ``energy``, and in thermal mode ``rhat_energy`` and ``converged`` (a warning is
+    issued when, called eagerly, some model has ``rhat_energy > RHAT_THRESHOLD``).
+
+    Cost: ``num_reads · n² · (trotter · num_sweeps + thermal_sweeps)`` per model.
+    """
+
+    num_sweeps: int = eqx.field(static=True, default=1000)
+    trotter: int = eqx.field(static=True, default=8)
+    gamma_schedule: tuple = eqx.field(static=True, default=("linear", 3.0, 0.01))
+    beta: Optional[float] = eqx.field(static=True, default=None)
+    mode: str = eqx.field(static=True, default="thermal")
+    num_reads: int = eqx.field(static=True, default=64)
+    thermal_sweeps: int = eqx.field(static=True, default=100)
+    global_moves: bool = eqx.field(static=True, default=True)
+
+    def __check_init__(self):
+        check_config(num_sweeps=self.num_sweeps, trotter=self.trotter, gamma_schedule=self.gamma_schedule,
+                     mode=self.mode, num_reads=self.num_reads, thermal_sweeps=self.thermal_sweeps)
+        if self.beta is not None and not (isinstance(self.beta, (int, float)) and np.isfinite(self.beta) and self.beta > 0):
+            raise IsingInputError(f"beta must be None (use the model's β) or a finite positive number; got {self.beta!r}.")
+
+    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
+        if key is None:
+            raise ValueError("SQA is a sampling engine and needs a PRNG key: engine.marginals(model, key=jax.random.PRNGKey(0)).")
+        if not isinstance(model, IsingModel):
+            raise IsingTypeError(f"SQA.marginals expects an IsingModel; got {type(model).__name__}.")
+        if self.beta is not None:
+            model = eqx.tree_at(lambda m: m.beta, model, jnp.asarray(self.beta, model.dtype))
+        h, J = model.masked_parameters()
+        sg = lax.stop_gradient  # samples carry no gradient; sample_marginals supplies it
+        samples, info = sqa_sample(key, sg(h), sg(J), sg(model.beta), num_reads=self.num_reads, trotter=self.trotter,
+                                   num_sweeps=self.num_sweeps, gamma_schedule=tuple(self.gamma_schedule),
+                                   mode=self.mode, thermal_sweeps=self.thermal_sweeps, global_moves=self.global_moves)
+        if self.mode == "thermal" and _concrete(info["converged"]) and not bool(jnp.all(info["converged"])):
+            bad = int(jnp.sum(~info["converged"]))
+            warnings.warn(
+                f"SQA thermal tail did not pass the split R-hat check for {bad} of {info['converged'].size} model(s) "
+                f"(max R-hat of the energy {float(jnp.nanmax(info['rhat_energy'])) if self.thermal_sweeps >= 4 else float('nan'):.3g} "
+                f"> {RHAT_THRESHOLD}; NaN means thermal_sweeps < 4). Samples may not follow exp(-βE) yet: raise "
+                "thermal_sweeps or num_sweeps. info['converged'] flags the models.",
+                stacklevel=3,  # the caller of marginals (through equinox's bound-method wrapper)
+            )
+        return sample_marginals(model, samples, info)
+
+
+# ---- the dimod sampler -----------------------------------------------------------------------
+
+try:
+    import dimod as _dimod
+
+    _SamplerBase = _dimod.Sampler
+except ImportError:  # dimod is a core dependency; keep the engine importable without it anyway
+    _dimod = None
+    _SamplerBase = object
+
+_SAMPLER_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=("linear", 3.0, 0.01), beta=1.0,
+                         mode="thermal", thermal_sweeps=100, global_moves=True)
+
+
+class SQASampler(_SamplerBase):
+    """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`SQA`).
+
+    ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
+    them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
+    ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"thermal"``:
+    samples ``exp(-β E_bqm)``; ``"anneal"``: ground-state search, lowest-energy replica
+    per read), ``thermal_sweeps``, ``global_moves`` and ``seed``.
+
+    ``seed``: an int gives ``jax.random.PRNGKey(seed)``; read ``r`` uses the ``r``-th key
+    split from it, so every read is a distinct stream and the whole sample set is
+    reproducible from the seed. ``seed=None`` draws a seed from ``os.urandom``; it is
+    reported in ``sampleset.info["seed"]``. (openjij's samplers, by contrast, restart
+    every read from the same integer seed, so all reads come out identical.)
+
+    β is in the units of the BQM's energy (dimod convention ``E = Σ a_i s_i + Σ b_ij s_i
+    s_j + offset``; the offset does not change the distribution). BINARY models are
+    sampled as their SPIN equivalent and returned as 0/1 with the BQM's own energies.
+    Slow for large dense problems: ``O(num_reads · n² · trotter · num_sweeps)``; one
+    compilation per problem size and parameter set.
+    """
+
+    def __init__(self, **defaults):
+        unknown = set(defaults) - set(_SAMPLER_DEFAULTS)
+        if unknown:
+            raise IsingInputError(f"unknown SQASampler parameter(s) {sorted(unknown)}; known: {sorted(_SAMPLER_DEFAULTS)}.")
+        self._defaults = {**_SAMPLER_DEFAULTS, **defaults}
+        cfg = self._defaults
+        check_config(num_sweeps=cfg["num_sweeps"], trotter=cfg["trotter"], gamma_schedule=cfg["gamma_schedule"],
+                     mode=cfg["mode"], num_reads=cfg["num_reads"], thermal_sweeps=cfg["thermal_sweeps"])
+
+    @property
+    def parameters(self) -> dict:
+        return {name: [] for name in list(_SAMPLER_DEFAULTS) + ["seed"]}
+
+    @property
+    def properties(self) -> dict:
+        return {"modes": MODES, "gamma_schedules": SCHEDULES, "default_parameters": dict(self._defaults)}
+
+    def sample(self, bqm, **parameters):
+        """Sample a ``dimod.BinaryQuadraticModel``; returns a ``dimod.SampleSet`` with
+        ``num_reads`` rows (not aggregated), energies from ``bqm`` and its vartype."""
+        parameters = self.remove_unknown_kwargs(**parameters)
+        seed = parameters.pop("seed", None)
+        p = {**self._defaults, **{k: v for k, v in parameters.items() if v is not None}}
+        check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=p["gamma_schedule"],
+                     mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
+        beta = p["beta"]
+        if isinstance(beta, bool) or not isinstance(beta, (int, float, np.floating, np.integer)) or not (np.isfinite(beta) and beta > 0):
+            raise IsingInputError(f"beta must be a finite positive number; got {beta!r}.")
+        if seed is None:
+            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+            raise IsingInputError(f"seed must be None or an int in [0, 2**32); got {seed!r}.")
+        seed = int(seed)
+        variables = list(bqm.variables)
+        info = {"seed": seed, "beta": float(beta), "mode": p["mode"], "trotter": p["trotter"],
+                "num_sweeps": p["num_sweeps"], "gamma_schedule": tuple(p["gamma_schedule"])}
+        R = p["num_reads"]
+        if not variables:
+            return _dimod.SampleSet.from_samples_bqm((np.empty((R, 0), np.int8), []), bqm, info=info)
+        model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
+        n = model.n
+        # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
+        # touch the real ones) so that problems of similar size share one compilation.
+        m = -(-n // PAD_TO) * PAD_TO
+        h = jnp.pad(model.h, (0, m - n))
+        J = jnp.pad(model.J, ((0, m - n), (0, m - n)))
+        samples, run_info = sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(beta, model.dtype),
+                                       num_reads=R, trotter=p["trotter"], num_sweeps=p["num_sweeps"],
+                                       gamma_schedule=tuple(p["gamma_schedule"]), mode=p["mode"],
+                                       thermal_sweeps=p["thermal_sweeps"], global_moves=bool(p["global_moves"]))
+        s = np.asarray(samples)[:, :n].astype(np.int8)
+        if bqm.vartype is _dimod.BINARY:
+            s = (s + 1) // 2
+        # acceptance rates count the padding spins too; energies come from the BQM itself
+        info.update({k: np.asarray(v) for k, v in run_info.items() if k != "energy"})
+        return _dimod.SampleSet.from_samples_bqm((s, [v for v in model.labels]), bqm, info=info)
