@@ -11,6 +11,20 @@ import sys
 import time
 
 
+def _parse_kw(text: str) -> dict:
+    """'num_samples=200,schedule=colored' -> {'num_samples': 200, 'schedule': 'colored'}."""
+    out = {}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        if "=" not in item:
+            raise SystemExit(f"--engine-kw expects key=value pairs separated by commas; got {item!r}.")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v.strip()
+    return out
+
+
 def _train_brackets(args) -> int:
     import jax
 
@@ -21,7 +35,7 @@ def _train_brackets(args) -> int:
     from isingattn.models.transformer import Config
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    engine = inference.get(args.engine)
+    engine = inference.get(args.engine, **_parse_kw(args.engine_kw))
     out = args.out or os.path.join("runs", f"brackets-T{args.seq_len}{'' if args.ffn else '-noffn'}")
     os.makedirs(out, exist_ok=True)
     tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every)
@@ -129,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--types", type=int, default=3, help="number of bracket kinds")
     b.add_argument("--n-train", type=int, default=20000)
     b.add_argument("--n-test", type=int, default=2000)
-    b.add_argument("--engine", default="exact", help="inference engine for hJ and J")
+    b.add_argument("--engine", default="exact", help="inference engine for hJ and J (a registry name)")
+    b.add_argument("--engine-kw", default="", help="engine configuration, e.g. num_samples=200,num_chains=4")
     b.add_argument("--out", default=None, help="output folder (default runs/brackets-T<T>)")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=_train_brackets)

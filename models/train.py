@@ -71,16 +71,20 @@ def _step_fn(tc: TrainConfig):
 
 
 @eqx.filter_jit
-def _eval_batch(model, tokens, targets):
-    loss, correct, count = masked_xent(model(tokens), targets)
+def _eval_batch(model, tokens, targets, key):
+    loss, correct, count = masked_xent(model(tokens, key=key), targets)
     return loss * count, correct, count
 
 
-def evaluate(model, tokens, targets, batch: int = 512) -> dict:
-    """Accuracy and loss over every counted position of a held-out set."""
+def evaluate(model, tokens, targets, batch: int = 512, key=None) -> dict:
+    """Accuracy and loss over every counted position of a held-out set.
+
+    ``key`` feeds sampling engines (each batch gets its own stream)."""
+    key = jax.random.PRNGKey(0) if key is None else key
     tot_loss = tot_correct = tot_count = 0.0
     for i in range(0, len(tokens), batch):
-        l, c, n = _eval_batch(model, jnp.asarray(tokens[i : i + batch]), jnp.asarray(targets[i : i + batch]))
+        l, c, n = _eval_batch(model, jnp.asarray(tokens[i : i + batch]), jnp.asarray(targets[i : i + batch]),
+                              jax.random.fold_in(key, i))
         tot_loss, tot_correct, tot_count = tot_loss + float(l), tot_correct + float(c), tot_count + float(n)
     return {"loss": tot_loss / max(tot_count, 1), "acc": tot_correct / max(tot_count, 1), "count": int(tot_count)}
 
@@ -93,6 +97,7 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     variant), so runs of different variants with the same seed are paired.
     """
     init_key, data_key, noise_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+    eval_key = jax.random.fold_in(noise_key, tc.steps)  # past every training step's fold_in(noise_key, i)
     model = Transformer(config, key=init_key)
     opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
     step = _step_fn(tc)
@@ -106,7 +111,7 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
                                       jnp.asarray(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
         last = i + 1 == tc.steps
         if (i + 1) % tc.eval_every == 0 or last:
-            ev = evaluate(model, test_split.tokens, test_split.targets, tc.eval_batch)
+            ev = evaluate(model, test_split.tokens, test_split.targets, tc.eval_batch, jax.random.fold_in(eval_key, i))
             rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
                    "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
