@@ -6,7 +6,14 @@ build float32 arrays explicitly (``np.float32`` / ``jnp.float32``); plain Python
 floats and numpy defaults are float64 here.
 """
 
-import jax
+import os
+
+# Tests are dominated by XLA compile time, not run time: skip LLVM's backend
+# optimisation passes (same semantics, roughly half the compile time). Set
+# XLA_FLAGS yourself to override.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
