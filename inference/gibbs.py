@@ -146,32 +146,45 @@ def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[S
         an ``O(n · |class|)`` incremental update per class).
     """
     s = state.spins
-    n = s.shape[-1]
+    n, r = s.shape[-1], s.ndim - 1
     dtype = s.dtype
-    idx, valid = _class_table(classes, n)
-    # s_i' = +1 iff f_i > L / (2β) with L ~ Logistic(0, 1): P = sigmoid(2β f_i), the
-    # heat-bath probability, with all the randomness of the sweep drawn at once.
-    thresh = jax.random.logistic(key, s.shape, dtype) / (2 * jnp.asarray(beta, dtype))
-    field = local_field(h, J, s)  # recomputed each sweep: no rounding drift accumulates
-    field = jnp.broadcast_to(field, s.shape)
-    a = jnp.abs(s)  # 1 active, 0 inactive
+    J = jnp.asarray(J, dtype)
+    J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)  # batch axes aligned with the spins'
+    # s_i' = +1 iff u_i < sigmoid(2β f_i), the heat-bath probability; all the
+    # randomness of the sweep is drawn at once.
+    u = jax.random.uniform(key, s.shape, dtype)
+    two_beta = 2 * jnp.asarray(beta, dtype)
+    field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
+    # Spin-major layout [n, ...]: spin i's field, uniform and coupling row are
+    # leading-axis slices, which the loop below reads without gathers.
+    s_t, f_t, u_t = (jnp.moveaxis(x, -1, 0) for x in (s, field, u))
+    a_t = jnp.abs(s_t)  # 1 active, 0 inactive (held at 0)
+    J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [i, k, *batch]: row i of J, over spins k
 
-    def update(carry, cls):
-        s, field, flips = carry
-        i, ok = cls  # [m] indices of the class, [m] validity
-        new = jnp.where(field[..., i] > thresh[..., i], a[..., i], -a[..., i])
-        d = (new - s[..., i]) * ok.astype(dtype)  # [..., m]: 0, ±2
-        s = s.at[..., i].add(d)
-        if idx.shape[1] == 1:  # one spin: a rank-1 update of the fields
-            field = field + d * jnp.take(J, i[0], axis=-2)
-        else:
-            field = field + jnp.einsum("...m,...mk->...k", d, jnp.take(J, i, axis=-2))
-        return (s, field, flips + 0.5 * jnp.abs(d).sum(-1)), None
+    if classes is None:  # systematic scan: one spin per step, a rank-1 field update
 
-    flips0 = jnp.zeros(s.shape[:-1], dtype)
-    (s, _, flips), _ = lax.scan(update, (s, field, flips0), (jnp.asarray(idx), jnp.asarray(valid)))
-    rate = flips / jnp.maximum(a.sum(-1), 1)
-    return GibbsState(s), GibbsInfo(rate)
+        def step(f, x):
+            i, J_i, u_i, a_i, s_i = x
+            f_i = lax.dynamic_index_in_dim(f, i, 0, keepdims=False)
+            new = jnp.where(u_i < jax.nn.sigmoid(two_beta * f_i), a_i, -a_i)
+            return f + J_i * (new - s_i), new
+
+        _, new_t = lax.scan(step, f_t, (jnp.arange(n), J_t, u_t, a_t, s_t))
+    else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
+        idx, valid = _class_table(classes, n)
+        pad = (slice(None),) + (None,) * r
+
+        def step(carry, cls):
+            s_t, f = carry
+            i, ok = cls  # [m] indices of the class, [m] validity
+            new = jnp.where(u_t[i] < jax.nn.sigmoid(two_beta * f[i]), a_t[i], -a_t[i])
+            d = (new - s_t[i]) * ok.astype(dtype)[pad]  # [m, ...]: 0 or ±2; 0 for padding
+            return (s_t.at[i].add(d), f + jnp.einsum("mk...,m...->k...", J_t[i], d)), None
+
+        (new_t, _), _ = lax.scan(step, (s_t, f_t), (jnp.asarray(idx), jnp.asarray(valid)))
+    new = jnp.moveaxis(new_t, 0, -1)
+    rate = 0.5 * jnp.abs(new - s).sum(-1) / jnp.maximum(jnp.abs(s).sum(-1), 1)
+    return GibbsState(new), GibbsInfo(rate)
 
 
 def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
@@ -328,12 +341,14 @@ def effective_sample_size(x):
     c = xt - xt.mean(-1, keepdims=True)
     M2 = 2 * _fft_next_fast_len(N)
     f = jnp.fft.rfft(c, n=M2, axis=-1)
-    acov = jnp.fft.irfft(f * jnp.conj(f), n=M2, axis=-1)[..., :N] / N
-    gamma = jnp.moveaxis(acov, -1, 1)  # [C, N, ...]
+    # Only the chain average of the autocovariances is used, and the inverse FFT is
+    # linear: average the power spectra first (one inverse FFT instead of C).
+    power = (jnp.real(f) ** 2 + jnp.imag(f) ** 2).mean(0)
+    gamma_mean = jnp.moveaxis(jnp.fft.irfft(power, n=M2, axis=-1)[..., :N] / N, -1, 0)  # [N, ...]
     var_within, var_estimator = _chain_variance_stats(x)
     const = _is_constant(x) | (var_estimator <= 0)
     safe = jnp.where(const, 1.0, var_estimator)
-    rho = 1.0 - (var_within - gamma.mean(0)) / safe  # [N, ...]
+    rho = 1.0 - (var_within - gamma_mean) / safe  # [N, ...]
     rho = rho.at[0].set(1.0)
     Rho = rho[:-1:2] + rho[1::2]
     Rho = jnp.concatenate([Rho[:1], lax.cummin(jnp.clip(Rho[1:], 0, None), axis=0)], axis=0)
@@ -465,8 +480,9 @@ class IsingGibbsKernel(MCMCKernel):
         state, k = _chain_init(key, self._shape(), m.active(), m.dtype)
         if init is not None:
             s = jnp.broadcast_to(jnp.asarray(init, m.dtype), self._shape())
+            s = jnp.where(s >= 0, 1.0, -1.0).astype(m.dtype)  # any sign pattern; 0 counts as +1
             act = m.active()
-            state = GibbsState(jnp.sign(s) if act is None else jnp.where(act, jnp.sign(s), 0.0))
+            state = GibbsState(s if act is None else jnp.where(act, s, 0.0))
         return IsingMCMCState(state.spins, energy(m.h, m.J, state.spins), jnp.zeros(self._shape()[:-1], m.dtype), k)
 
     def _sample_one(self, state: IsingMCMCState) -> IsingMCMCState:
@@ -496,6 +512,16 @@ class IsingGibbsKernel(MCMCKernel):
 # ---------------------------------------------------------------------------------
 # Engine
 # ---------------------------------------------------------------------------------
+
+
+def _as_classes(colors):
+    """Static config must be hashable: nested lists/arrays of indices -> tuple of tuples."""
+    if colors is None:
+        return None
+    try:
+        return tuple(tuple(int(i) for i in c) for c in colors)
+    except TypeError:
+        raise IsingInputError(f"colors must be a sequence of sequences of spin indices; got {colors!r}.") from None
 
 
 @register("gibbs")
@@ -532,7 +558,7 @@ class Gibbs(Engine):
     num_chains: int = eqx.field(static=True, default=4)
     schedule: str = eqx.field(static=True, default="systematic")
     thin: int = eqx.field(static=True, default=1)
-    colors: Optional[tuple] = eqx.field(static=True, default=None)
+    colors: Optional[tuple] = eqx.field(static=True, default=None, converter=_as_classes)
     diagnostics: bool = eqx.field(static=True, default=True)
     rhat_threshold: float = eqx.field(static=True, default=1.05)
 
