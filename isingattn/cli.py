@@ -52,10 +52,11 @@ def _train_brackets(args) -> int:
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"command": " ".join(sys.argv), "args": {k: v for k, v in vars(args).items() if k != "func"}, "train": dataclasses.asdict(tc),
                    "model": {k: repr(v) for k, v in dataclasses.asdict(make_config(variants[0])).items()}}, f, indent=2)
-    open(os.path.join(out, "metrics.jsonl"), "w").close()
+    if not args.resume:
+        open(os.path.join(out, "metrics.jsonl"), "w").close()
     t0 = time.perf_counter()
     results = compare_variants(make_config, data_for_seed, variants, range(args.seeds), tc, out,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, resume=args.resume)
     rows = summary_rows(results)
     table = markdown_table(rows, "test accuracy (%)")
     title = (f"Bracket matching, T={args.seq_len}, FFN={'on' if args.ffn else 'off'}, {args.steps} steps, "
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--engine-kw", default="", help="engine configuration, e.g. num_samples=200,num_chains=4")
     b.add_argument("--out", default=None, help="output folder (default runs/brackets-T<T>)")
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")
     b.set_defaults(func=_train_brackets)
 
     c = sub.add_parser("compare", help="compare inference engines on one coupling graph",

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from isingattn import checkpoint
 from isingattn.models.transformer import Config, Transformer
 
 
@@ -90,11 +91,16 @@ def evaluate(model, tokens, targets, batch: int = 512, key=None) -> dict:
 
 
 def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *,
-          log_path: Optional[str] = None, desc: str = "", progress: bool = True):
+          log_path: Optional[str] = None, desc: str = "", progress: bool = True,
+          ckpt_path: Optional[str] = None, resume: bool = False, stop_after: Optional[int] = None):
     """Train one model. Returns ``(model, final_metrics)``; appends JSON lines to ``log_path``.
 
     ``seed`` fixes the initialization and the batch order (both independent of the
     variant), so runs of different variants with the same seed are paired.
+    With ``ckpt_path`` the model, optimizer state and step are saved atomically at
+    every evaluation; ``resume=True`` continues from it, and because batches and
+    noise are functions of (seed, step) the resumed run ends where an uninterrupted
+    one would. ``stop_after`` stops early (to test exactly that).
     """
     init_key, data_key, noise_key = jax.random.split(jax.random.PRNGKey(seed), 3)
     eval_key = jax.random.fold_in(noise_key, tc.steps)  # past every training step's fold_in(noise_key, i)
@@ -102,10 +108,17 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
     step = _step_fn(tc)
     order = np.asarray(jax.random.randint(data_key, (tc.steps, tc.batch_size), 0, len(train_split.tokens)))
+    start = 0
+    if resume and ckpt_path and os.path.exists(ckpt_path):
+        (model, opt_state), meta = checkpoint.load(ckpt_path, (model, opt_state))
+        start = meta["step"]
     log = open(log_path, "a") if log_path else None
     t0 = time.perf_counter()
-    bar = tqdm(range(tc.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
+    rec = None
+    bar = tqdm(range(start, tc.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
     for i in bar:
+        if stop_after is not None and i >= stop_after:
+            break
         idx = order[i]
         model, opt_state, loss = step(model, opt_state, jnp.asarray(train_split.tokens[idx]),
                                       jnp.asarray(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
@@ -118,17 +131,21 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
             if log:
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
+            if ckpt_path:
+                checkpoint.save(ckpt_path, (model, opt_state), {"step": i + 1, "seed": seed, "metrics": rec,
+                                                                "train": dataclasses.asdict(tc)})
     if log:
         log.close()
     return model, rec
 
 
 def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,
-                     out_dir: str, progress: bool = True) -> dict[str, dict[int, float]]:
+                     out_dir: str, progress: bool = True, resume: bool = False) -> dict[str, dict[int, float]]:
     """Train every (seed, variant) pair; returns ``results[variant][seed] = final test accuracy``.
 
     ``make_config(variant) -> Config``; ``data_for_seed(seed) -> (train, test)``.
-    Metrics go to ``out_dir/metrics.jsonl``.
+    Metrics go to ``out_dir/metrics.jsonl``, checkpoints to ``out_dir/ckpt-<variant>-s<seed>.npz``;
+    with ``resume`` finished runs are read back and unfinished ones continue.
     """
     os.makedirs(out_dir, exist_ok=True)
     results: dict[str, dict[int, float]] = {v: {} for v in variants}
@@ -136,8 +153,13 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
     outer = tqdm(runs, desc="runs", disable=not progress)
     for seed, variant in outer:
         outer.set_postfix(seed=seed, variant=variant)
+        ck = os.path.join(out_dir, f"ckpt-{variant}-s{seed}.npz")
+        if resume and os.path.exists(ck) and checkpoint.read_meta(ck)["step"] >= tc.steps:
+            results[variant][seed] = checkpoint.read_meta(ck)["metrics"]["test_acc"]
+            continue
         train_split, test_split = data_for_seed(seed)
         _, rec = train(make_config(variant), train_split, test_split, tc, seed,
-                       log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress)
+                       log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress,
+                       ckpt_path=ck, resume=resume)
         results[variant][seed] = rec["test_acc"]
     return results

@@ -1,0 +1,93 @@
+"""Checkpoints: atomic, and loadable without executing code (``.npz``, no pickle).
+
+A checkpoint holds every array leaf of a pytree (model, optimizer state, RNG key,
+...) plus JSON metadata. Loading needs a template pytree of the same structure
+(built from the saved config), so nothing but arrays and JSON is ever read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class CheckpointError(ValueError):
+    """The checkpoint is missing, corrupt, or does not fit the template."""
+
+
+def save(path: str, tree: Any, meta: dict | None = None) -> None:
+    """Write the array leaves of ``tree`` and JSON ``meta`` to ``path`` atomically
+    (temporary file in the same folder, fsync, rename): a crash leaves the old file."""
+    leaves = jax.tree_util.tree_leaves(eqx.filter(tree, eqx.is_array))
+    arrays = {f"leaf_{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta or {}).encode(), dtype=np.uint8)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def read_meta(path: str) -> dict:
+    """The JSON metadata of a checkpoint."""
+    with _open(path) as z:
+        return _meta(z, path)
+
+
+def load(path: str, like: Any) -> tuple[Any, dict]:
+    """Fill the array leaves of the template ``like`` from ``path``. Returns ``(tree, meta)``.
+
+    Raises :class:`CheckpointError` when the file is unreadable or its arrays do not
+    match the template's count, shapes or dtypes."""
+    dynamic, static = eqx.partition(like, eqx.is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(dynamic)
+    with _open(path) as z:
+        meta = _meta(z, path)
+        names = sorted(k for k in z.files if k.startswith("leaf_"))
+        if len(names) != len(leaves):
+            raise CheckpointError(f"{path} holds {len(names)} arrays but the model needs {len(leaves)}: it was saved "
+                                  "from a different configuration. Check its config against the run you resume.")
+        out = []
+        for name, ref in zip(names, leaves):
+            try:
+                arr = z[name]
+            except (ValueError, OSError, zipfile.BadZipFile) as e:
+                raise CheckpointError(f"{path}: array {name} is corrupt ({e}).") from None
+            if arr.shape != ref.shape or arr.dtype != np.dtype(ref.dtype):
+                raise CheckpointError(f"{path}: {name} has shape {arr.shape} {arr.dtype}, the template expects "
+                                      f"{ref.shape} {np.dtype(ref.dtype)}. The checkpoint belongs to another config.")
+            out.append(jnp.asarray(arr))
+    return eqx.combine(jax.tree_util.tree_unflatten(treedef, out), static), meta
+
+
+def _open(path):
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no checkpoint at {path!r}.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint ({e}); it may be truncated or corrupt.") from None
+
+
+def _meta(z, path) -> dict:
+    try:
+        return json.loads(bytes(z["__meta__"]).decode())
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"{path} has no readable metadata ({e}); it is not an isingattn checkpoint.") from None
