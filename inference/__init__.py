@@ -6,6 +6,7 @@
 from isingattn.engine import Engine, available, get, register
 from isingattn.inference.dimod_engine import DimodEngine
 from isingattn.inference.exact import Exact
+from isingattn.inference.gibbs import Gibbs, IsingGibbsKernel, to_inference_data
 from isingattn.inference.meanfield import MeanField, MeanFieldConvergenceWarning
 
-__all__ = ["DimodEngine", "Engine", "Exact", "MeanField", "MeanFieldConvergenceWarning", "available", "get", "register"]
+__all__ = ["DimodEngine", "Engine", "Exact", "Gibbs", "IsingGibbsKernel", "MeanField", "MeanFieldConvergenceWarning", "available", "get", "register", "to_inference_data"]

@@ -72,5 +72,11 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
         model = IsingModel(h, J[..., None, :, :], beta=beta, causal=causal)
         alpha = (1 + engine.marginals(model, key=key).mean) / 2
     alpha = jnp.where(visible, alpha, 0.0)
-    weights = alpha / jnp.maximum(alpha.sum(-1, keepdims=True), jnp.finfo(alpha.dtype).tiny)
+    total = alpha.sum(-1, keepdims=True)
+    # A row with no key "on" (every sampled spin -1, or tanh saturated at -1 in float32)
+    # has no defined normalization: attend uniformly to its visible keys rather than
+    # divide by zero (which would poison the gradients).
+    empty = total <= 0
+    alpha = jnp.where(empty, visible.astype(alpha.dtype), alpha)
+    weights = alpha / jnp.where(empty, visible.sum(-1, keepdims=True).astype(alpha.dtype), total)
     return weights @ v, weights

@@ -124,3 +124,20 @@ def test_bad_inputs():
     J = jnp.asarray(rng.normal(size=(2, 6, 6)))  # not symmetric
     with pytest.raises(ValueError, match="symmetric"):
         boltzmann_attention(q, k, v, J, variant="hJ", engine=Exact())
+
+
+def test_rows_with_no_key_on_fall_back_to_uniform_with_finite_gradients():
+    class AllDown:  # an engine whose estimate says every spin is -1 (as a small sample can)
+        def marginals(self, model, *, key=None):
+            from isingattn import Marginals
+
+            return Marginals(mean=jnp.zeros(model.batch_shape + (model.n,)) - 1 + 0 * model.h)
+
+    rng = np.random.default_rng(7)
+    q, k, v = _qkv(rng, 1, 1, 4, 3)
+    f = lambda q: boltzmann_attention(q, k, v, jnp.zeros((1, 4, 4)), variant="hJ", engine=AllDown())
+    out, w = f(q)
+    ref = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
+    np.testing.assert_allclose(w[0, 0], ref, atol=1e-12)
+    g = jax.grad(lambda q: f(q)[0].sum())(q)
+    assert np.all(np.isfinite(np.asarray(g)))
