@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from isingattn.energy import energy
+from isingattn.energy import energy, local_field
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
@@ -106,14 +106,6 @@ class GibbsInfo(NamedTuple):
     """
 
     flip_rate: jax.Array
-
-
-def local_field(h, J, spins):
-    """``h + J s``: the field on every spin.  h [..., n], J [..., n, n], s [..., n] -> [..., n].
-
-    ``J`` is symmetric, so ``s @ J`` is ``J s``; batch axes broadcast (a shared ``J``
-    is one GEMM over all chains and models)."""
-    return h + jnp.einsum("...j,...jk->...k", spins, J)
 
 
 def _class_table(classes, n: int):

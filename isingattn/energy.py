@@ -32,6 +32,15 @@ def cross_energy(J, s, t):
     return -(s @ J) @ jnp.swapaxes(t, -1, -2)
 
 
+def local_field(h, J, s):
+    """``h + J s``: the field on every spin, ``-∂E/∂s``; a flip of ``s_j`` changes the
+    energy by ``2 s_j (h + J s)_j``.  h: [..., n], J: [..., n, n], s: [..., n] -> [..., n].
+
+    ``J`` is symmetric, so this is ``s @ J``: with a shared ``J`` one GEMM over all
+    chains and models."""
+    return h + jnp.einsum("...j,...jk->...k", s, J)
+
+
 def energy(h, J, s):
     """Total energy ``E(s)``.  h: [..., n], J: [..., n, n], s: [..., n] -> [...]."""
     return field_energy(h, s) + coupling_energy(J, s)
