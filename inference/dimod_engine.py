@@ -61,8 +61,11 @@ class DimodEngine(Engine):
 
     def __init__(self, sampler=None, num_reads: int = 256, **sample_kwargs):
         if sampler is None:
-            from dwave.samplers import SimulatedAnnealingSampler
-
+            try:
+                from dwave.samplers import SimulatedAnnealingSampler
+            except ImportError:
+                raise ImportError("DimodEngine() defaults to dwave-samplers' SimulatedAnnealingSampler: "
+                                  "pip install dwave-samplers, or pass a sampler: DimodEngine(my_sampler).") from None
             sampler = SimulatedAnnealingSampler()
         if not hasattr(sampler, "sample"):
             raise TypeError(f"sampler must be a dimod.Sampler (with .sample); got {type(sampler).__name__}.")
