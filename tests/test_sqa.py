@@ -207,6 +207,25 @@ def test_engine_warns_and_flags_an_unconverged_tail(monkeypatch):
     np.testing.assert_array_equal(out.mean, 1.0)
 
 
+def test_trains_inside_boltzmann_attention():
+    """jit(value_and_grad) through boltzmann_attention with the SQA engine: finite values."""
+    rng = np.random.default_rng(2)
+    B, H, T, d = 2, 2, 4, 3
+    q, k, v = (jnp.asarray(rng.normal(size=(B, H, T, d))) for _ in range(3))
+    J = jnp.asarray(rng.normal(size=(H, T, T)) * 0.3)
+    J = (J + jnp.swapaxes(J, -1, -2)) / 2 * (1 - jnp.eye(T))
+    eng = SQA(num_sweeps=10, trotter=2, num_reads=32, thermal_sweeps=8)
+
+    def loss(J, q, key):
+        out, w = isingattn.boltzmann_attention(q, k, v, J, engine=eng, key=key)
+        return jnp.sum(out**2)
+
+    val, (gJ, gq) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(J, q, jax.random.PRNGKey(0))
+    assert np.isfinite(val) and np.all(np.isfinite(gJ)) and np.all(np.isfinite(gq))
+    np.testing.assert_allclose(gJ, np.swapaxes(gJ, -1, -2), atol=1e-12)  # symmetric couplings, symmetric gradient
+    assert np.any(np.asarray(gJ) != 0)
+
+
 @pytest.mark.slow
 def test_sample_gradient_matches_exact_within_standard_error():
     rng = np.random.default_rng(7)
