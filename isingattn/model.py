@@ -267,8 +267,9 @@ def _validate_values(h, J, beta):
     traced = _is_traced(h, J, beta)
     xp = jnp if traced else np
     hh, JJ, bb = (h, J, beta) if traced else (np.asarray(h), np.asarray(J), np.asarray(beta))
-    scale = xp.maximum(xp.max(xp.abs(JJ), initial=0.0), 1.0)
-    asym_size = xp.max(xp.abs(JJ - xp.swapaxes(JJ, -1, -2)), initial=0.0)
+    with np.errstate(invalid="ignore"):  # inf - inf in a non-finite J: reported by the finiteness check
+        scale = xp.maximum(xp.max(xp.abs(JJ), initial=0.0), 1.0)
+        asym_size = xp.max(xp.abs(JJ - xp.swapaxes(JJ, -1, -2)), initial=0.0)
     checks = [
         (~xp.all(xp.isfinite(hh)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
         (~xp.all(xp.isfinite(JJ)), "J contains NaN or inf; couplings must be finite."),
