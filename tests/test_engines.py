@@ -1,0 +1,73 @@
+"""One suite, every engine, against Exact on dense, chain and 2D-lattice models.
+
+Samplers must agree within 4 Monte Carlo standard errors, SE = sample std / sqrt(ESS),
+with ESS from the engine's own chain diagnostics (Gibbs) or the number of independent
+reads (SQA, dimod). Mean-field engines meet their stated bounds: BP is exact on trees
+(the chain). DQA is only approximately Boltzmann (a fast anneal reaches high
+temperature only); its calibrated accuracy is tested in test_dqa.py.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from isingattn import IsingModel, inference
+from isingattn.instances import random_model
+
+N = 8
+GRAPHS = ("dense", "chain", "lattice")
+
+SAMPLERS = {
+    "gibbs": lambda: inference.Gibbs(num_warmup=100, num_samples=1000, num_chains=4),
+    "sqa": lambda: inference.SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50),
+    "dimod": lambda: inference.DimodEngine(num_reads=1000, num_sweeps=100),
+}
+
+
+def _models(beta):
+    """The three graphs as one batched model (J per batch element)."""
+    rng = np.random.default_rng(int(beta * 10))
+    hs, Js = zip(*(random_model(rng, N, h_scale=0.7, J_scale=0.6 if g != "dense" else None, graph=g) for g in GRAPHS))
+    return IsingModel(np.stack(hs), np.stack(Js), beta=beta)
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {b: np.asarray(inference.Exact().marginals(_models(b)).mean) for b in (0.5, 1.0)}
+
+
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_samplers_within_four_standard_errors(name, beta, references):
+    model = _models(beta)
+    out = SAMPLERS[name]().marginals(model, key=jax.random.PRNGKey(11))
+    mean, samples = np.asarray(out.mean), np.asarray(out.samples)
+    ess = np.asarray(out.info["ess"]) if "ess" in out.info else samples.shape[-2]
+    se = samples.std(-2) / np.sqrt(ess)
+    err = np.abs(mean - references[beta])
+    # a spin whose samples never vary has SE 0; allow one read's worth there
+    tol = 4 * np.maximum(se, 1.0 / samples.shape[-2])
+    assert np.all(err <= tol), {g: (err[i].max(), tol[i][err[i].argmax()]) for i, g in enumerate(GRAPHS)}
+
+
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+def test_bp_exact_on_the_chain(beta, references):
+    # BP is exact on trees only; on the loopy dense and lattice models it carries no
+    # guarantee (DESIGN's 0.05-0.08 bar is an average at n=16, see test_meanfield.py)
+    bp = np.asarray(inference.get("meanfield-bp", tol=1e-10, max_iter=2000).marginals(_models(beta)).mean)
+    np.testing.assert_allclose(bp[1], references[beta][1], atol=1e-7)
+
+
+@pytest.mark.parametrize("method,order", [("naive", 2), ("tap", 3)])
+def test_mean_field_small_coupling_accuracy(method, order):
+    """Error of naive MF is O(J²) and of TAP O(J³): halving J divides it by ~4 or ~8."""
+    rng = np.random.default_rng(0)
+    h, J = random_model(rng, N, h_scale=0.5, J_scale=1.0)
+    eng = inference.get(f"meanfield-{method}", tol=1e-12, max_iter=5000)
+    errs = []
+    for s in (0.1, 0.05):
+        m = IsingModel(jnp.asarray(h), jnp.asarray(J * s / np.sqrt(N)))
+        errs.append(np.abs(np.asarray(eng.marginals(m).mean) - np.asarray(inference.Exact().marginals(m).mean)).max())
+    ratio = errs[0] / errs[1]
+    assert 2**order * 0.75 < ratio < 2**order * 1.25, (errs, ratio)
