@@ -450,15 +450,15 @@ def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibra
     samples = shots(keys[-1], probs)
     fit = pseudo_likelihood_beta(h, J, samples)
     if calibrate and calibrate_from == "state":  # already fitted during the calibration
-        fit_state = PLFit(bst[0], bst[1], jnp.full((M,), jnp.nan, dt), jnp.full((M,), jnp.nan, dt),
+        state_fit = PLFit(bst[0], bst[1], jnp.full((M,), jnp.nan, dt), jnp.full((M,), jnp.nan, dt),
                           jnp.zeros((M,), dt), bst[2] > 0.5)
     else:
-        fit_state = fit_state(probs)
+        state_fit = fit_state(probs)
     E = Eh + EJ
     info = {
         "beta_h": fit.beta_h, "beta_J": fit.beta_J, "beta_h_se": fit.se_h, "beta_J_se": fit.se_J,
-        "beta_h_state": fit_state.beta_h, "beta_J_state": fit_state.beta_J,
-        "pl_converged": fit.converged & fit_state.converged,
+        "beta_h_state": state_fit.beta_h, "beta_J_state": state_fit.beta_J,
+        "pl_converged": fit.converged & state_fit.converged,
         "scale_h": ch, "scale_J": cJ, "kappa": jnp.full((M,), kap, dt),
         "beta_E_max": beta * jnp.max(jnp.abs(E), -1),
     }
@@ -466,7 +466,7 @@ def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibra
         # from shots the scales are only as good as a fit to num_shots shots: allow 4 SE more
         noise = (lambda se: 4 * jnp.nan_to_num(se)) if calibrate_from == "samples" else (lambda se: 0.0)
         ok = lambda b, se: ~jnp.isfinite(b) | (jnp.abs(b - beta) <= calibration_rtol * beta + noise(se))
-        info["calibrated"] = ok(fit_state.beta_h, fit.se_h) & ok(fit_state.beta_J, fit.se_J)
+        info["calibrated"] = ok(state_fit.beta_h, fit.se_h) & ok(state_fit.beta_J, fit.se_J)
     if n <= kl_max_n:
         logb = -beta * E
         logb = logb - logsumexp(logb, -1, keepdims=True)

@@ -37,7 +37,6 @@ check ``info["r_hat"]`` / ``info["ess"]``.
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import NamedTuple, Optional, Sequence
 

@@ -7,7 +7,6 @@ A checkpoint holds every array leaf of a pytree (model, optimizer state, RNG key
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tempfile

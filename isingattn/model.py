@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Hashable, Optional
+from typing import Optional
 
 import equinox as eqx
 import jax
