@@ -15,11 +15,18 @@ when h and J favour different configurations (e.g. |h| ~ 1e3 against |J| ~ 1e2).
 A rigorous bound on the mass lost to flushed terms is checked per query; the few
 queries that fail it are recomputed in log space (``O(2^n)`` exps each), so the
 result is finite and accurate for every finite input.
+
+Several devices: ``Exact(mesh=...)`` splits the ``2^(n - n//2)`` B-half configurations
+(the columns of K) over the mesh with ``jax.shard_map``. Each device builds only its
+columns of K; the products over b and every normalization over b are combined across
+devices (psum / pmax, shifted as log-sum-exp), so K's memory and the GEMM work are
+divided by the number of devices. Same results up to float summation order.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Optional
 
 import equinox as eqx
@@ -27,10 +34,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import logsumexp
+from jax.sharding import Mesh, PartitionSpec as P
 
 from isingattn.energy import cross_energy, energy
 from isingattn.engine import Engine, register
-from isingattn.errors import TooManySpinsError
+from isingattn.errors import IsingInputError, TooManySpinsError
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
@@ -59,10 +67,22 @@ class Exact(Engine):
 
     Cost grows as ``2^n``: fine to ``n ≈ 24`` on a laptop. Above ``max_n`` it raises;
     use ``Banded`` (banded J), ``MeanField``, ``Gibbs`` or ``SQA`` instead.
+
+    ``mesh`` (a ``jax.sharding.Mesh``, e.g. ``isingattn.sharding.data_mesh()``) splits
+    the enumerated configurations over all its devices: memory and work per device drop
+    by the device count. It pays off for large ``n`` and few queries; for many queries
+    (training) leave it None and shard the batch instead (``isingattn.sharding``).
     """
 
     max_n: int = eqx.field(static=True, default=26)
     corr: bool = eqx.field(static=True, default=False)
+    mesh: Optional[Mesh] = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if self.mesh is not None and not isinstance(self.mesh, Mesh):
+            raise IsingInputError(
+                f"mesh must be a jax.sharding.Mesh (e.g. isingattn.sharding.data_mesh()) or None; got {type(self.mesh).__name__}."
+            )
 
     # Compiled once per shape and configuration: called eagerly, the lax.cond / lax.map
     # bodies (and, with corr=True, the vmapped jvp) would otherwise be re-traced and
@@ -76,8 +96,8 @@ class Exact(Engine):
                 "(MeanField, Gibbs, SQA), or raise max_n if you have the memory (2^n floats)."
             )
         if not model.causal:
-            return _solve_model(model.h, model.J, model.beta, model.mask, self.corr)
-        return _solve_causal(model, self.corr)
+            return _solve_model(model.h, model.J, model.beta, model.mask, self.corr, self.mesh)
+        return _solve_causal(model, self.corr, self.mesh)
 
 
 def causal_buckets(n: int) -> list[tuple[int, int]]:
@@ -94,7 +114,7 @@ def causal_buckets(n: int) -> list[tuple[int, int]]:
     return out[::-1]
 
 
-def _solve_causal(model: IsingModel, want_corr: bool) -> Marginals:
+def _solve_causal(model: IsingModel, want_corr: bool, mesh: Optional[Mesh] = None) -> Marginals:
     """Query i (last batch axis) sees spins 0..i: solve each bucket of prefix lengths once."""
     n, dt = model.n, model.dtype
 
@@ -109,7 +129,7 @@ def _solve_causal(model: IsingModel, want_corr: bool) -> Marginals:
         if model.mask is not None:
             mask = mask & queries(model.mask, lo, hi, 1)[..., :hi]
         o = _solve_model(queries(model.h, lo, hi, 1)[..., :hi], queries(model.J, lo, hi, 2)[..., :hi, :hi],
-                         model.beta, mask, want_corr)
+                         model.beta, mask, want_corr, mesh)
         pad = lambda x, k: jnp.pad(x, [(0, 0)] * (x.ndim - k) + [(0, n - hi)] * k)
         means.append(pad(o.mean, 1))
         log_zs.append(o.log_z)
@@ -124,7 +144,7 @@ def _solve_causal(model: IsingModel, want_corr: bool) -> Marginals:
                      log_z=cat(log_zs, 0), info={"stable_path": cat(stables, 0)})
 
 
-def _solve_model(h, J, beta, mask, want_corr: bool) -> Marginals:
+def _solve_model(h, J, beta, mask, want_corr: bool, mesh: Optional[Mesh] = None) -> Marginals:
     """Group the batch by shared J, solve, and restore the batch layout."""
     n = h.shape[-1]
     batch = jnp.broadcast_shapes(h.shape[:-1], J.shape[:-2], () if mask is None else mask.shape[:-1])
@@ -146,7 +166,7 @@ def _solve_model(h, J, beta, mask, want_corr: bool) -> Marginals:
     act = None if mask is None else group(mask, 1)
 
     def mean_fn(hg):
-        return _solve_grouped(hg, Jg, beta, act)
+        return _solve_grouped(hg, Jg, beta, act, mesh)
 
     hg = group(h, 1)
     mean, log_z, stable = mean_fn(hg)
@@ -174,7 +194,7 @@ def _solve_model(h, J, beta, mask, want_corr: bool) -> Marginals:
     )
 
 
-def _solve_grouped(h, J, beta, act):
+def _solve_grouped(h, J, beta, act, mesh: Optional[Mesh] = None):
     """h: [G, Q, n], J: [G, n, n], act: [G, Q, n] bool or None.
     Returns mean [G, Q, n], log_z [G, Q], stable_path [G, Q] (bool)."""
     G, Q, n = h.shape
@@ -183,6 +203,7 @@ def _solve_grouped(h, J, beta, act):
     SA, SB = spin_table(nA, dt), spin_table(n - nA, dt)
     J = (J + jnp.swapaxes(J, -1, -2)) / 2  # a no-op on valid input; makes the gradient w.r.t. J symmetric too
     const = jnp.zeros((G, Q), dt)
+    p = None
     if act is not None:
         # Pin inactive spins to +1 and cancel the field they would leak onto the
         # active ones; K stays shared by every query even with per-query masks.
@@ -190,33 +211,72 @@ def _solve_grouped(h, J, beta, act):
         h = jnp.where(act, h - jnp.einsum("gjk,gqk->gqj", J, p), 0.0)
         const = beta * jnp.einsum("gqj,gjk,gqk->gq", p, J, p) / 2  # -βE of the pinned pairs
 
-    JA, JB = J[:, None, None, :nA, :nA], J[:, None, None, nA:, nA:]
-    logu = -beta * energy(h[:, :, None, :nA], JA, SA)  # (G, Q, NA)
-    logv = -beta * energy(h[:, :, None, nA:], JB, SB)  # (G, Q, NB)
-    logK = -beta * cross_energy(J[:, :nA, nA:], SA, SB)  # (G, NA, NB), shared by the Q queries
-    if act is not None:
-        # configurations that flip a pinned spin get zero weight
-        okA = jnp.einsum("ak,gqk->gqa", (1 - SA) / 2, p[..., :nA]) < 0.5
-        okB = jnp.einsum("bk,gqk->gqb", (1 - SB) / 2, p[..., nA:]) < 0.5
-        logu = jnp.where(okA, logu, -jnp.inf)
-        logv = jnp.where(okB, logv, -jnp.inf)
-
-    tA, tB, lost = _fast_half_logits(logu, logv, logK)
-    fail = lost > jnp.log(jnp.asarray(LOST_MASS_TOL, dt))
-    tA, tB = lax.cond(jnp.any(fail), lambda: _log_space_fix(logu, logv, logK, fail, tA, tB), lambda: (tA, tB))
-
-    log_z = logsumexp(tB, axis=-1)  # = logsumexp(tA, axis=-1)
-    mean = jnp.concatenate([jax.nn.softmax(tA, axis=-1) @ SA, jax.nn.softmax(tB, axis=-1) @ SB], axis=-1)
+    if mesh is None:
+        mean, log_z, fail = _enumerate(h, J, beta, p, SA, SB)
+    else:
+        # Split the B configurations (K's columns) over every device of the mesh. Padding
+        # rows (to a multiple of the device count) get zero weight through ``valid``.
+        axes = tuple(mesh.axis_names)
+        NB = SB.shape[0]
+        pad = -NB % mesh.size
+        SB = jnp.pad(SB, ((0, pad), (0, 0)), constant_values=1)
+        valid = jnp.arange(NB + pad) < NB
+        mean, log_z, fail = jax.shard_map(
+            partial(_enumerate, axes=axes, nb=NB + pad), mesh=mesh,
+            in_specs=(P(), P(), P(), P(), P(), P(axes), P(axes)), out_specs=P(),
+        )(h, J, beta, p, SA, SB, valid)
     if act is not None:
         mean = jnp.where(act, mean, 0.0)
     return mean, log_z - const, fail
 
 
-def _fast_half_logits(logu, logv, logK):
+def _lse(x, axis, axes):
+    """``logsumexp`` over ``axis``, an axis split over the mesh axes ``axes`` (None: not split)."""
+    if axes is None:
+        return logsumexp(x, axis=axis)
+    m = lax.pmax(lax.stop_gradient(jnp.max(x, axis=axis)), axes)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    return jnp.log(lax.psum(jnp.sum(jnp.exp(x - jnp.expand_dims(m, axis)), axis=axis), axes)) + m
+
+
+def _enumerate(h, J, beta, p, SA, SB, valid=None, *, axes=None, nb=None):
+    """Marginals, log Z (before the pinned constant) and the stable-path flag of every query.
+
+    p: [G, Q, n] pinned spins or None. With ``axes`` (inside ``shard_map``) SB and valid
+    hold this device's share of the B configurations out of ``nb``; results are global."""
+    nA = SA.shape[-1]
+    dt = h.dtype
+    JA, JB = J[:, None, None, :nA, :nA], J[:, None, None, nA:, nA:]
+    logu = -beta * energy(h[:, :, None, :nA], JA, SA)  # (G, Q, NA)
+    logv = -beta * energy(h[:, :, None, nA:], JB, SB)  # (G, Q, NB)
+    logK = -beta * cross_energy(J[:, :nA, nA:], SA, SB)  # (G, NA, NB), shared by the Q queries
+    if p is not None:
+        # configurations that flip a pinned spin get zero weight
+        okA = jnp.einsum("ak,gqk->gqa", (1 - SA) / 2, p[..., :nA]) < 0.5
+        okB = jnp.einsum("bk,gqk->gqb", (1 - SB) / 2, p[..., nA:]) < 0.5
+        logu = jnp.where(okA, logu, -jnp.inf)
+        logv = jnp.where(okB, logv, -jnp.inf)
+    if valid is not None:
+        logv = jnp.where(valid, logv, -jnp.inf)
+
+    tA, tB, lost = _fast_half_logits(logu, logv, logK, axes, nb)
+    fail = lost > jnp.log(jnp.asarray(LOST_MASS_TOL, dt))
+    tA, tB = lax.cond(jnp.any(fail), lambda: _log_space_fix(logu, logv, logK, fail, tA, tB, axes), lambda: (tA, tB))
+
+    log_z = _lse(tB, -1, axes)  # = logsumexp(tA, axis=-1)
+    if axes is None:
+        mB = jax.nn.softmax(tB, axis=-1) @ SB
+    else:
+        mB = lax.psum(jnp.exp(tB - log_z[..., None]) @ SB, axes)
+    return jnp.concatenate([jax.nn.softmax(tA, axis=-1) @ SA, mB], axis=-1), log_z, fail
+
+
+def _fast_half_logits(logu, logv, logK, axes=None, nb=None):
     """Unnormalized log marginals of the A and B halves by two shifted GEMMs.
 
     Returns tA [G,Q,NA], tB [G,Q,NB] and, per query, the log of a rigorous upper
-    bound on the relative mass lost to float underflow."""
+    bound on the relative mass lost to float underflow. With ``axes`` the B axis is
+    this device's share of ``nb`` columns: Y and the maxima over b are combined."""
     sg = lax.stop_gradient
     dt = logu.dtype
     mu = sg(jnp.max(logu, axis=-1, keepdims=True))  # (G,Q,1)
@@ -224,29 +284,33 @@ def _fast_half_logits(logu, logv, logK):
     K = jnp.exp(logK - rK)  # the one 2^n exp, shared by all queries
     w = logv + rK  # fold the column scales into v for the transposed product
     mw = sg(jnp.max(w, axis=-1, keepdims=True))
+    if axes is not None:
+        mw = lax.pmax(mw, axes)
     X = jnp.exp(logu - mu) @ K  # (G,Q,NB) Σ_a u_a K_ab, entries in [0, NA]
     Y = jnp.exp(w - mw) @ jnp.swapaxes(K, -1, -2)  # (G,Q,NA) Σ_b K_ab v_b, entries in [0, NB]
+    if axes is not None:
+        Y = lax.psum(Y, axes)
     sB = rK + logv + mu  # log scale of each X entry, times v_b
     sA = logu + mw
     tB = _safe_log(X) + sB
     tA = _safe_log(Y) + sA
     # Every flushed product is < tiny, so each X entry lost < NA * tiny in absolute terms.
     tiny = jnp.log(jnp.asarray(jnp.finfo(dt).tiny, dt))
-    NA, NB = logu.shape[-1], logv.shape[-1]
-    lostB = tiny + jnp.log(float(NA)) + logsumexp(sB, axis=-1) - logsumexp(tB, axis=-1)
+    NA, NB = logu.shape[-1], nb or logv.shape[-1]
+    lostB = tiny + jnp.log(float(NA)) + _lse(sB, -1, axes) - _lse(tB, -1, axes)
     lostA = tiny + jnp.log(float(NB)) + logsumexp(sA, axis=-1) - logsumexp(tA, axis=-1)
     lost = jnp.maximum(lostA, lostB)
     return tA, tB, jnp.where(jnp.isnan(lost), jnp.inf, lost)
 
 
-def _log_space_fix(logu, logv, logK, fail, tA, tB):
-    """Recompute the failing queries in log space, one query at a time."""
+def _log_space_fix(logu, logv, logK, fail, tA, tB, axes=None):
+    """Recompute the failing queries in log space, one query at a time (B split over ``axes``)."""
     G, Q, NA = logu.shape
 
     @jax.checkpoint  # keep the backward pass from storing [Q, 2^n] residuals
     def stable(g, lu, lv):
         L = logK[g]
-        return logsumexp(L + lv[None, :], axis=1) + lu, logsumexp(L + lu[:, None], axis=0) + lv
+        return _lse(L + lv[None, :], 1, axes) + lu, logsumexp(L + lu[:, None], axis=0) + lv
 
     def one(args):
         g, lu, lv, f, a, b = args
