@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from isingattn import checkpoint
 from isingattn.models.transformer import Config, Transformer
+from isingattn.sharding import replicate, shard_batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,14 +78,17 @@ def _eval_batch(model, tokens, targets, key):
     return loss * count, correct, count
 
 
-def evaluate(model, tokens, targets, batch: int = 512, key=None) -> dict:
+def evaluate(model, tokens, targets, batch: int = 512, key=None, mesh=None) -> dict:
     """Accuracy and loss over every counted position of a held-out set.
 
-    ``key`` feeds sampling engines (each batch gets its own stream)."""
+    ``key`` feeds sampling engines (each batch gets its own stream). With ``mesh`` (the
+    model replicated on it) batches are split over its devices where they divide evenly."""
     key = jax.random.PRNGKey(0) if key is None else key
+    put = jnp.asarray if mesh is None else (
+        lambda x: shard_batch(x, mesh) if len(x) % mesh.size == 0 else replicate(np.asarray(x), mesh))
     tot_loss = tot_correct = tot_count = 0.0
     for i in range(0, len(tokens), batch):
-        l, c, n = _eval_batch(model, jnp.asarray(tokens[i : i + batch]), jnp.asarray(targets[i : i + batch]),
+        l, c, n = _eval_batch(model, put(tokens[i : i + batch]), put(targets[i : i + batch]),
                               jax.random.fold_in(key, i))
         tot_loss, tot_correct, tot_count = tot_loss + float(l), tot_correct + float(c), tot_count + float(n)
     return {"loss": tot_loss / max(tot_count, 1), "acc": tot_correct / max(tot_count, 1), "count": int(tot_count)}
@@ -92,7 +96,7 @@ def evaluate(model, tokens, targets, batch: int = 512, key=None) -> dict:
 
 def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *,
           log_path: Optional[str] = None, desc: str = "", progress: bool = True,
-          ckpt_path: Optional[str] = None, resume: bool = False, stop_after: Optional[int] = None):
+          ckpt_path: Optional[str] = None, resume: bool = False, stop_after: Optional[int] = None, mesh=None):
     """Train one model. Returns ``(model, final_metrics)``; appends JSON lines to ``log_path``.
 
     ``seed`` fixes the initialization and the batch order (both independent of the
@@ -101,6 +105,9 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     every evaluation; ``resume=True`` continues from it, and because batches and
     noise are functions of (seed, step) the resumed run ends where an uninterrupted
     one would. ``stop_after`` stops early (to test exactly that).
+    ``mesh`` (``isingattn.sharding.data_mesh()``) trains data-parallel: each batch is split
+    over the mesh's ``"data"`` axis (``batch_size`` must divide evenly), the model and the
+    optimizer state are replicated, and XLA all-reduces the gradients of the mean loss.
     """
     init_key, data_key, noise_key = jax.random.split(jax.random.PRNGKey(seed), 3)
     eval_key = jax.random.fold_in(noise_key, tc.steps)  # past every training step's fold_in(noise_key, i)
@@ -112,6 +119,9 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     if resume and ckpt_path and os.path.exists(ckpt_path):
         (model, opt_state), meta = checkpoint.load(ckpt_path, (model, opt_state))
         start = meta["step"]
+    if mesh is not None:
+        model, opt_state = replicate((model, opt_state), mesh)
+    put = jnp.asarray if mesh is None else functools.partial(shard_batch, mesh=mesh)
     log = open(log_path, "a") if log_path else None
     t0 = time.perf_counter()
     rec = None
@@ -120,11 +130,11 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
         if stop_after is not None and i >= stop_after:
             break
         idx = order[i]
-        model, opt_state, loss = step(model, opt_state, jnp.asarray(train_split.tokens[idx]),
-                                      jnp.asarray(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
+        model, opt_state, loss = step(model, opt_state, put(train_split.tokens[idx]),
+                                      put(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
         last = i + 1 == tc.steps
         if (i + 1) % tc.eval_every == 0 or last:
-            ev = evaluate(model, test_split.tokens, test_split.targets, tc.eval_batch, jax.random.fold_in(eval_key, i))
+            ev = evaluate(model, test_split.tokens, test_split.targets, tc.eval_batch, jax.random.fold_in(eval_key, i), mesh)
             rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
                    "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
@@ -140,12 +150,12 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
 
 
 def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,
-                     out_dir: str, progress: bool = True, resume: bool = False) -> dict[str, dict[int, float]]:
+                     out_dir: str, progress: bool = True, resume: bool = False, mesh=None) -> dict[str, dict[int, float]]:
     """Train every (seed, variant) pair; returns ``results[variant][seed] = final test accuracy``.
 
     ``make_config(variant) -> Config``; ``data_for_seed(seed) -> (train, test)``.
     Metrics go to ``out_dir/metrics.jsonl``, checkpoints to ``out_dir/ckpt-<variant>-s<seed>.npz``;
-    with ``resume`` finished runs are read back and unfinished ones continue.
+    with ``resume`` finished runs are read back and unfinished ones continue. ``mesh``: see ``train``.
     """
     os.makedirs(out_dir, exist_ok=True)
     results: dict[str, dict[int, float]] = {v: {} for v in variants}
@@ -160,6 +170,6 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
         train_split, test_split = data_for_seed(seed)
         _, rec = train(make_config(variant), train_split, test_split, tc, seed,
                        log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress,
-                       ckpt_path=ck, resume=resume)
+                       ckpt_path=ck, resume=resume, mesh=mesh)
         results[variant][seed] = rec["test_acc"]
     return results
