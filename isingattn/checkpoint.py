@@ -50,16 +50,19 @@ def read_meta(path: str) -> dict:
         return _meta(z, path)
 
 
-def load(path: str, like: Any) -> tuple[Any, dict]:
+def load(path: str, like: Any, *, prefix: bool = False) -> tuple[Any, dict]:
     """Fill the array leaves of the template ``like`` from ``path``. Returns ``(tree, meta)``.
 
-    Raises :class:`CheckpointError` when the file is unreadable or its arrays do not
+    ``prefix=True`` reads only the first leaves, e.g. the model out of a saved
+    ``(model, optimizer_state)`` pair. Raises :class:`CheckpointError` when the file is unreadable or its arrays do not
     match the template's count, shapes or dtypes."""
     dynamic, static = eqx.partition(like, eqx.is_array)
     leaves, treedef = jax.tree_util.tree_flatten(dynamic)
     with _open(path) as z:
         meta = _meta(z, path)
         names = sorted(k for k in z.files if k.startswith("leaf_"))
+        if prefix and len(names) >= len(leaves):
+            names = names[: len(leaves)]
         if len(names) != len(leaves):
             raise CheckpointError(f"{path} holds {len(names)} arrays but the model needs {len(leaves)}: it was saved "
                                   "from a different configuration. Check its config against the run you resume.")

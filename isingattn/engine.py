@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
+import json
 from typing import Callable, Optional
 
 import equinox as eqx
@@ -50,3 +52,24 @@ def get(name: str, **config) -> Engine:
     except KeyError:
         raise ValueError(f"unknown engine {name!r}; available: {', '.join(available())}.") from None
     return cls(**config)
+
+
+def to_spec(engine: Engine) -> dict:
+    """A JSON description ``{"name": ..., "config": {...}}`` that :func:`from_spec` rebuilds.
+
+    Raises ``ValueError`` for an unregistered engine or a configuration that is not
+    plain JSON (e.g. a ``DimodEngine`` wrapping a sampler object)."""
+    names = [n for n, cls in _REGISTRY.items() if cls is type(engine)]
+    if not names:
+        raise ValueError(f"{type(engine).__name__} is not a registered engine; register it to save it in a config.")
+    config = {f.name: getattr(engine, f.name) for f in dataclasses.fields(engine)}
+    try:
+        json.dumps(config)
+    except TypeError as e:
+        raise ValueError(f"engine {engine!r} has a configuration that is not plain JSON ({e}).") from None
+    return {"name": min(names, key=len), "config": config}
+
+
+def from_spec(spec: dict) -> Engine:
+    """The engine described by :func:`to_spec`."""
+    return get(spec["name"], **spec.get("config", {}))

@@ -13,12 +13,9 @@ from typing import NamedTuple, Optional
 import jax
 import numpy as np
 
+from isingattn.models.split import Split
+
 BRACKETS = "([{<"
-
-
-class Split(NamedTuple):
-    tokens: np.ndarray  # (N, T) int32
-    targets: np.ndarray  # (N, T) int32, -1 where there is nothing to predict
 
 
 class BracketData(NamedTuple):

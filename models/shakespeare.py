@@ -15,6 +15,9 @@ import urllib.request
 from typing import NamedTuple, Optional
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from isingattn.models.split import Split
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -105,3 +108,16 @@ def windows(ids: np.ndarray, T: int):
         tail_y[: covered - s] = -1
         x, y = np.concatenate([x, ids[None, s : s + T]]), np.concatenate([y, tail_y[None]])
     return x, y
+
+
+def lm_splits(data: CharData, T: int) -> tuple[Split, Split]:
+    """Next-character prediction at context ``T``: (train, validation).
+
+    Training windows start at every offset (read-only strided views of the ids, so
+    nothing is copied until a batch is gathered); validation windows are those of
+    :func:`windows`, so its mean loss is over every validation character once."""
+    if T < 1 or len(data.val) <= T or len(data.train) <= T:
+        raise ValueError(f"context T={T} must be at least 1 and shorter than both splits "
+                         f"({len(data.train)} / {len(data.val)} characters).")
+    train = Split(sliding_window_view(data.train[:-1], T), sliding_window_view(data.train[1:], T))
+    return train, Split(*windows(data.val, T))

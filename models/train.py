@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import time
 from typing import Optional, Sequence
@@ -21,6 +22,7 @@ import optax
 from tqdm.auto import tqdm
 
 from isingattn import checkpoint
+from isingattn.models.saved import config_to_dict
 from isingattn.models.transformer import Config, Transformer
 from isingattn.sharding import replicate, shard_batch
 
@@ -35,6 +37,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     eval_every: int = 250
     eval_batch: int = 512
+    eval_limit: Optional[int] = None  # periodic evals use the first N held-out examples; the final one uses all
 
 
 def masked_xent(logits, targets):
@@ -96,7 +99,8 @@ def evaluate(model, tokens, targets, batch: int = 512, key=None, mesh=None) -> d
 
 def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *,
           log_path: Optional[str] = None, desc: str = "", progress: bool = True,
-          ckpt_path: Optional[str] = None, resume: bool = False, stop_after: Optional[int] = None, mesh=None):
+          ckpt_path: Optional[str] = None, resume: bool = False, stop_after: Optional[int] = None, mesh=None,
+          meta: Optional[dict] = None):
     """Train one model. Returns ``(model, final_metrics)``; appends JSON lines to ``log_path``.
 
     ``seed`` fixes the initialization and the batch order (both independent of the
@@ -108,6 +112,8 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     ``mesh`` (``isingattn.sharding.data_mesh()``) trains data-parallel: each batch is split
     over the mesh's ``"data"`` axis (``batch_size`` must divide evenly), the model and the
     optimizer state are replicated, and XLA all-reduces the gradients of the mean loss.
+    Checkpoints carry the model config (``isingattn.models.saved.load_transformer``
+    rebuilds the model from the file alone) plus the JSON ``meta`` given here.
     """
     init_key, data_key, noise_key = jax.random.split(jax.random.PRNGKey(seed), 3)
     eval_key = jax.random.fold_in(noise_key, tc.steps)  # past every training step's fold_in(noise_key, i)
@@ -134,8 +140,11 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
                                       put(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
         last = i + 1 == tc.steps
         if (i + 1) % tc.eval_every == 0 or last:
-            ev = evaluate(model, test_split.tokens, test_split.targets, tc.eval_batch, jax.random.fold_in(eval_key, i), mesh)
+            n_ev = None if last else tc.eval_limit
+            ev = evaluate(model, test_split.tokens[:n_ev], test_split.targets[:n_ev], tc.eval_batch,
+                          jax.random.fold_in(eval_key, i), mesh)
             rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
+                   "test_ppl": math.exp(min(ev["loss"], 50.0)), "eval_count": ev["count"],
                    "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
             if log:
@@ -143,15 +152,17 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
                 log.flush()
             if ckpt_path:
                 checkpoint.save(ckpt_path, (model, opt_state), {"step": i + 1, "seed": seed, "metrics": rec,
-                                                                "train": dataclasses.asdict(tc)})
+                                                                "train": dataclasses.asdict(tc),
+                                                                "model": config_to_dict(config), **(meta or {})})
     if log:
         log.close()
     return model, rec
 
 
 def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,
-                     out_dir: str, progress: bool = True, resume: bool = False, mesh=None) -> dict[str, dict[int, float]]:
-    """Train every (seed, variant) pair; returns ``results[variant][seed] = final test accuracy``.
+                     out_dir: str, progress: bool = True, resume: bool = False, mesh=None, metric: str = "test_acc",
+                     meta: Optional[dict] = None) -> dict[str, dict[int, float]]:
+    """Train every (seed, variant) pair; returns ``results[variant][seed] = final metrics[metric]``.
 
     ``make_config(variant) -> Config``; ``data_for_seed(seed) -> (train, test)``.
     Metrics go to ``out_dir/metrics.jsonl``, checkpoints to ``out_dir/ckpt-<variant>-s<seed>.npz``;
@@ -165,11 +176,11 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
         outer.set_postfix(seed=seed, variant=variant)
         ck = os.path.join(out_dir, f"ckpt-{variant}-s{seed}.npz")
         if resume and os.path.exists(ck) and checkpoint.read_meta(ck)["step"] >= tc.steps:
-            results[variant][seed] = checkpoint.read_meta(ck)["metrics"]["test_acc"]
+            results[variant][seed] = checkpoint.read_meta(ck)["metrics"][metric]
             continue
         train_split, test_split = data_for_seed(seed)
         _, rec = train(make_config(variant), train_split, test_split, tc, seed,
                        log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress,
-                       ckpt_path=ck, resume=resume, mesh=mesh)
-        results[variant][seed] = rec["test_acc"]
+                       ckpt_path=ck, resume=resume, mesh=mesh, meta=meta)
+        results[variant][seed] = rec[metric]
     return results
