@@ -13,6 +13,14 @@ from isingattn.model import IsingModel
 VARIANTS = ("softmax", "hJ", "h", "J")
 
 
+def attention_fields(q, k, bias=None):
+    """The fields ``h_ij = q_i·k_j / sqrt(d_k) (+ bias)``: q ``[..., Tq, d]``, k ``[..., Tk, d]`` -> ``[..., Tq, Tk]``.
+
+    ``bias`` (one scalar per leading index, e.g. per head) broadcasts against the leading dims."""
+    h = jnp.einsum("...id,...jd->...ij", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
+    return h if bias is None else h + jnp.asarray(bias, h.dtype)[..., None, None]
+
+
 def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, causal: bool = True,
                         bias=None, beta: float = 1.0, key: Optional[jax.Array] = None):
     """Attention whose weights are spin marginals of an Ising model per query.
@@ -51,15 +59,13 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
     Tq, Tk = q.shape[-2], k.shape[-2]
     if causal and Tq != Tk:
         raise IsingInputError(f"causal attention needs as many queries as keys; got Tq={Tq}, Tk={Tk}.")
-    h = jnp.einsum("...id,...jd->...ij", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))  # (..., Tq, Tk)
+    h = attention_fields(q, k, bias if variant in ("hJ", "h") else None)  # (..., Tq, Tk)
     visible = jnp.tril(jnp.ones((Tq, Tk), bool)) if causal else jnp.ones((Tq, Tk), bool)
 
     if variant == "softmax":
         weights = jax.nn.softmax(jnp.where(visible, h, -jnp.inf), axis=-1)
         return weights @ v, weights
 
-    if bias is not None and variant != "J":
-        h = h + jnp.asarray(bias, h.dtype)[..., None, None]
     if variant == "h":
         alpha = jax.nn.sigmoid(2 * beta * h)  # (1 + tanh(βh))/2 without cancellation
     else:

@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -25,52 +26,95 @@ def _parse_kw(text: str) -> dict:
     return out
 
 
-def _train_brackets(args) -> int:
-    import jax
+def _cell_from_args(args, task: str):
+    from isingattn.models.experiments import Cell
 
-    from isingattn import inference
-    from isingattn.models import brackets
-    from isingattn.models.report import markdown_table, summary_rows
-    from isingattn.models.train import TrainConfig, compare_variants
-    from isingattn.models.transformer import Config
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test) if task == "brackets" else {}
+    return Cell(task, task, args.seq_len, variants=variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
+                engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
+                batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads,
+                eval_every=args.eval_every, **extra)
 
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    engine = inference.get(args.engine, **_parse_kw(args.engine_kw))
-    out = args.out or os.path.join("runs", f"brackets-T{args.seq_len}{'' if args.ffn else '-noffn'}")
-    os.makedirs(out, exist_ok=True)
-    tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every)
 
-    def make_config(variant):
-        return Config(vocab_size=2 * args.types, seq_len=args.seq_len, n_out=args.seq_len, d_model=args.d_model,
-                      n_heads=args.heads, ffn=args.ffn, variant=variant, engine=engine)
+def _train(args) -> int:
+    from isingattn.models.experiments import run_cell, write_summary
 
-    def data_for_seed(seed):
-        key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
-        d = brackets.make_data(key, args.seq_len, args.n_train, args.n_test, args.depth, args.types)
-        return d.train, d.test
-
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({"command": " ".join(sys.argv), "args": {k: v for k, v in vars(args).items() if k != "func"}, "train": dataclasses.asdict(tc),
-                   "model": {k: repr(v) for k, v in dataclasses.asdict(make_config(variants[0])).items()}}, f, indent=2)
-    if not args.resume:
-        open(os.path.join(out, "metrics.jsonl"), "w").close()
+    cell = _cell_from_args(args, args.task)
+    out = args.out or os.path.join("runs", f"{args.task}-T{args.seq_len}{'' if args.ffn else '-noffn'}")
     t0 = time.perf_counter()
-    results = compare_variants(make_config, data_for_seed, variants, range(args.seeds), tc, out,
-                               progress=not args.no_progress, resume=args.resume)
-    rows = summary_rows(results)
-    table = markdown_table(rows, "test accuracy (%)")
-    title = (f"Bracket matching, T={args.seq_len}, FFN={'on' if args.ffn else 'off'}, {args.steps} steps, "
-             f"{args.seeds} seeds ({time.perf_counter() - t0:.0f} s)\n\n")
-    print("\n" + title + table)
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(title + table)
-    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
-        w.writeheader()
-        w.writerows(rows)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({v: {str(s): a for s, a in r.items()} for v, r in results.items()}, f, indent=2)
-    print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl")
+    results = run_cell(cell, out, data_path=getattr(args, "data", None), progress=not args.no_progress,
+                       command=" ".join(["isingattn", *sys.argv[1:]]), resume=args.resume)
+    print("\n" + write_summary(cell, results, out, time.perf_counter() - t0))
+    print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl, ckpt-*.npz")
+    return 0
+
+
+def _reproduce(args) -> int:
+    from isingattn.models.experiments import grid, run_cell, select, write_summary
+    from isingattn.models.grid_report import write_report
+
+    root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
+    if not args.report_only:
+        ffn = None if args.ffn is None else args.ffn == "on"
+        cells = select(grid(args.quick), args.only, args.seq_len, ffn)
+        print(f"{len(cells)} cell(s) -> {root}: " + ", ".join(c.name for c in cells), flush=True)
+        for cell in cells:
+            if args.seeds is not None:
+                cell = dataclasses.replace(cell, seeds=args.seeds)
+            out = os.path.join(root, cell.name)
+            t0 = time.perf_counter()
+            results = run_cell(cell, out, data_path=args.data, progress=not args.no_progress,
+                               command=" ".join(["isingattn", *sys.argv[1:]]))
+            print("\n" + write_summary(cell, results, out, time.perf_counter() - t0), flush=True)
+    print(write_report(root))
+    print(f"wrote {root}/README.md")
+    return 0
+
+
+def _analyze(args) -> int:
+    from isingattn import analysis
+    from isingattn.models.saved import load_transformer
+
+    model, meta = load_transformer(args.checkpoint)
+    J = model.attn.couplings()  # (H, T, T)
+    out = args.out or os.path.splitext(args.checkpoint)[0] + "-analysis"
+    os.makedirs(out, exist_ok=True)
+    report = {}
+    for h in range(J.shape[0]):
+        Jh = J[h]
+        thr = args.threshold if args.threshold is not None else 0.05 * float(abs(Jh).max())
+        s = analysis.summary(Jh, threshold=thr)
+        report[f"head{h}"] = {"threshold": thr, **s}
+        prof = " ".join(f"{d + 1}:{v:+.3f}" for d, v in enumerate(s["distance_profile"]))
+        print(f"head {h} (variant {model.config.variant}, T={Jh.shape[0]}, |J| > {thr:.3g}):\n"
+              f"  mean J by distance  {prof}\n"
+              f"  ferro {s['ferro']:.2f}  antiferro {s['antiferro']:.2f}  edges {s['edges']}  "
+              f"frustrated triangles {s['frustrated_triangles']}\n"
+              f"  communities {s['communities']}\n"
+              f"  strongest nodes {sorted(s['strength'], key=s['strength'].get, reverse=True)[:5]}")
+        fig = analysis.plot_couplings(Jh, os.path.join(out, f"J-head{h}.png"), threshold=thr,
+                                      title=f"J head {h}")
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {out}/summary.json and J-head*.png (heatmap, distance profile, coupling graph)")
+    return 0
+
+
+def _export_bqm(args) -> int:
+    from isingattn.models.query_model import query_model
+    from isingattn.models.saved import load_transformer
+
+    model, meta = load_transformer(args.checkpoint)
+    ising = query_model(model, meta, args.text, args.query, head=args.head)
+    bqm = ising.to_bqm()
+    with bqm.to_file() as src, open(args.out, "wb") as f:
+        shutil.copyfileobj(src, f)
+    print(f"wrote {args.out}: {len(bqm.variables)} spins, {len(bqm.quadratic)} couplings, beta={float(ising.beta):g} "
+          f"(query {args.query}, head {args.head}); load with dimod.BinaryQuadraticModel.from_file(open(path, 'rb')).")
     return 0
 
 
@@ -130,26 +174,57 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = train.add_subparsers(dest="task", required=True)
     b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket",
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    b.add_argument("--seq-len", type=int, default=8, help="string length T (even)")
-    b.add_argument("--variants", default="softmax,hJ,h,J", help="comma-separated: softmax, hJ, h, J")
-    b.add_argument("--seeds", type=int, default=3)
-    b.add_argument("--steps", type=int, default=1500)
-    b.add_argument("--batch-size", type=int, default=64)
-    b.add_argument("--lr", type=float, default=3e-3)
-    b.add_argument("--eval-every", type=int, default=250)
-    b.add_argument("--d-model", type=int, default=64)
-    b.add_argument("--heads", type=int, default=1)
-    b.add_argument("--no-ffn", dest="ffn", action="store_false", help="drop the FFN (the paper's ablation)")
+    s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for t, T in ((b, 8), (s_, 12)):
+        t.add_argument("--seq-len", type=int, default=T, help="context length T")
+        t.add_argument("--variants", default="softmax,hJ,h,J", help="comma-separated: softmax, hJ, h, J")
+        t.add_argument("--seeds", type=int, default=3)
+        t.add_argument("--steps", type=int, default=1500)
+        t.add_argument("--batch-size", type=int, default=64)
+        t.add_argument("--lr", type=float, default=3e-3)
+        t.add_argument("--eval-every", type=int, default=250)
+        t.add_argument("--d-model", type=int, default=64)
+        t.add_argument("--heads", type=int, default=1)
+        t.add_argument("--no-ffn", dest="ffn", action="store_false", help="drop the FFN (the paper's ablation)")
+        t.add_argument("--engine", default="exact", help="inference engine for hJ and J (a registry name)")
+        t.add_argument("--engine-kw", default="", help="engine configuration, e.g. num_samples=200,num_chains=4")
+        t.add_argument("--out", default=None, help="output folder (default runs/<task>-T<T>)")
+        t.add_argument("--no-progress", action="store_true")
+        t.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")
+        t.set_defaults(func=_train)
     b.add_argument("--depth", type=int, default=None, help="maximum nesting depth (default T/2)")
     b.add_argument("--types", type=int, default=3, help="number of bracket kinds")
     b.add_argument("--n-train", type=int, default=20000)
     b.add_argument("--n-test", type=int, default=2000)
-    b.add_argument("--engine", default="exact", help="inference engine for hJ and J (a registry name)")
-    b.add_argument("--engine-kw", default="", help="engine configuration, e.g. num_samples=200,num_chains=4")
-    b.add_argument("--out", default=None, help="output folder (default runs/brackets-T<T>)")
-    b.add_argument("--no-progress", action="store_true")
-    b.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")
-    b.set_defaults(func=_train_brackets)
+    s_.add_argument("--data", default=None, help="path to input.txt (else $ISINGATTN_DATA, the cache, or a verified download)")
+
+    r = sub.add_parser("reproduce", help="the paper's experiment grid, resumable, into results/",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument("--quick", action="store_true", help="a small grid (minutes on 2 CPU cores) into runs/reproduce-quick")
+    r.add_argument("--only", default=None, help="one part: shakespeare, brackets or annealing")
+    r.add_argument("--seq-len", type=int, default=None, help="only the cells at this context length")
+    r.add_argument("--ffn", choices=("on", "off"), default=None, help="only cells with / without the FFN")
+    r.add_argument("--seeds", type=int, default=None, help="override the number of seeds per cell")
+    r.add_argument("--data", default=None, help="Tiny Shakespeare input.txt (else $ISINGATTN_DATA, cache, download)")
+    r.add_argument("--out", default=None, help="root folder (default results/reproduce, or runs/reproduce-quick)")
+    r.add_argument("--report-only", action="store_true", help="rebuild tables and plots from finished cells")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(func=_reproduce)
+
+    a = sub.add_parser("analyze", help="graph analysis of a trained checkpoint's learned J (networkx)")
+    a.add_argument("checkpoint")
+    a.add_argument("--threshold", type=float, default=None, help="edge threshold on |J| (default 5%% of max |J|)")
+    a.add_argument("--out", default=None, help="folder for plots and summary.json (default next to the checkpoint)")
+    a.set_defaults(func=_analyze)
+
+    e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file")
+    e.add_argument("checkpoint")
+    e.add_argument("--text", required=True, help="input text (characters of the model's vocabulary)")
+    e.add_argument("--query", type=int, required=True, help="query position i (keys 0..i are the spins)")
+    e.add_argument("--head", type=int, default=0)
+    e.add_argument("--out", required=True, help="output file (dimod's own serialization, BinaryQuadraticModel.to_file)")
+    e.set_defaults(func=_export_bqm)
 
     c = sub.add_parser("compare", help="compare inference engines on one coupling graph",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

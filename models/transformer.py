@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from isingattn.attention import VARIANTS, boltzmann_attention
+from isingattn.attention import VARIANTS, attention_fields, boltzmann_attention
 from isingattn.inference import Exact
 
 J_PARAMS = ("full",)
@@ -81,14 +81,22 @@ class Attention(eqx.Module):
         A = self.J_raw[:, :T, :T]
         return (A + jnp.swapaxes(A, -1, -2)) / 2 * (1 - jnp.eye(T, dtype=A.dtype))
 
+    def _qkv(self, x):  # (B, T, d) -> 3 x (B, H, T, dh)
+        B, T, d = x.shape
+        H = self.config.n_heads
+        return [t.reshape(B, T, H, d // H).transpose(0, 2, 1, 3) for t in jnp.split(x @ self.w_qkv, 3, axis=-1)]
+
+    def fields(self, x):
+        """The Ising fields of every query, ``(B, H, T, T)`` (before the causal mask)."""
+        q, k, _ = self._qkv(x)
+        return attention_fields(q, k, self.field_bias if self.config.field_bias else None)
+
     def __call__(self, x, key=None):
         cfg = self.config
         B, T, d = x.shape
-        H = cfg.n_heads
-        q, k, v = jnp.split(x @ self.w_qkv, 3, axis=-1)  # 3 x (B, T, d)
-        heads = lambda t: t.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)  # (B, H, T, dh)
+        q, k, v = self._qkv(x)  # (B, H, T, dh)
         out, weights = boltzmann_attention(
-            heads(q), heads(k), heads(v), self.couplings(T), variant=cfg.variant, engine=cfg.engine,
+            q, k, v, self.couplings(T), variant=cfg.variant, engine=cfg.engine,
             causal=True, bias=self.field_bias if cfg.field_bias else None, beta=cfg.beta, key=key,
         )  # (B, H, T, dh), (B, H, T, T)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, d)  # (B, T, d)

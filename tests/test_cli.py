@@ -15,7 +15,7 @@ def test_train_brackets_end_to_end(tmp_path, capsys):
                "--d-model", "16", "--types", "2", "--n-train", "400", "--n-test", "100", "--eval-every", "100",
                "--out", out, "--no-progress"])
     assert rc == 0
-    for f in ["config.json", "metrics.jsonl", "summary.md", "summary.csv", "results.json"]:
+    for f in ["cell.json", "commands.txt", "metrics.jsonl", "summary.md", "summary.csv", "results.json"]:
         assert os.path.exists(os.path.join(out, f))
     recs = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     final = {(r["variant"], r["seed"]): r["test_acc"] for r in recs if r["step"] == 300}

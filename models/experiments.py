@@ -1,0 +1,162 @@
+"""The paper's experiments as a resumable grid of cells (``isingattn reproduce``).
+
+A :class:`Cell` is one table cell of the paper: a task at one context length, every
+variant, several paired seeds. Running a cell trains what is missing (checkpoints
+make it resumable run by run), then writes its summary. :func:`report` rebuilds the
+tables and plots of every finished cell from the files alone, so ``results/`` is
+generated, never edited.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import time
+from typing import Optional
+
+import jax
+
+from isingattn.engine import get
+from isingattn.models import brackets, shakespeare
+from isingattn.models.report import markdown_table, summary_rows
+from isingattn.models.train import TrainConfig, compare_variants
+from isingattn.models.transformer import Config
+
+VARIANTS = ("softmax", "hJ", "h", "J")
+METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One experiment: ``task`` at context ``seq_len``, ``variants`` x ``seeds`` paired runs."""
+
+    part: str  # the --only group: shakespeare, brackets or annealing
+    task: str  # shakespeare or brackets
+    seq_len: int
+    variants: tuple = VARIANTS
+    seeds: int = 3
+    steps: int = 1500
+    ffn: bool = True
+    engine: str = "exact"
+    engine_kw: tuple = ()  # sorted (key, value) pairs, hashable
+    batch_size: int = 64
+    lr: float = 3e-3
+    d_model: int = 64
+    heads: int = 1
+    eval_every: int = 250
+    types: int = 3  # bracket kinds
+    depth: Optional[int] = None  # bracket nesting (default T/2)
+    n_train: int = 20000
+    n_test: int = 2000
+
+    @property
+    def name(self) -> str:
+        tail = ("" if self.ffn else "-noffn") + ("" if self.engine == "exact" else f"-{self.engine}")
+        return f"{self.part}/T{self.seq_len}{tail}"
+
+    def config(self, variant: str, vocab_size: int) -> Config:
+        n_out = vocab_size if self.task == "shakespeare" else self.seq_len
+        return Config(vocab_size=vocab_size, seq_len=self.seq_len, n_out=n_out, d_model=self.d_model,
+                      n_heads=self.heads, ffn=self.ffn, variant=variant,
+                      engine=get(self.engine, **dict(self.engine_kw)))
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, eval_every=self.eval_every,
+                           eval_limit=2048 if self.task == "shakespeare" else None)
+
+
+def grid(quick: bool = False) -> list[Cell]:
+    """The full grid of issue 4, or a small one that finishes in minutes on 2 CPU cores."""
+    if quick:
+        return [Cell("shakespeare", "shakespeare", 8, seeds=1, steps=300, eval_every=100),
+                Cell("brackets", "brackets", 8, seeds=1, steps=300, eval_every=100),
+                Cell("annealing", "brackets", 8, variants=("hJ",), seeds=1, steps=100, eval_every=100, engine="gibbs",
+                     engine_kw=(("num_samples", 64), ("num_warmup", 32)))]
+    cells = [Cell("shakespeare", "shakespeare", T, seeds=3, steps=2000) for T in (4, 8, 12, 16)]
+    cells += [Cell("brackets", "brackets", T, seeds=5, ffn=ffn) for T in (8, 12, 16, 20) for ffn in (True, False)]
+    annealers = {"dqa": (("calibration_steps", 1), ("kl_max_n", 0), ("num_shots", 64)),
+                 "sqa": (("num_reads", 64), ("num_sweeps", 64)), "gibbs": (("num_samples", 64), ("num_warmup", 32))}
+    cells += [Cell("annealing", "brackets", T, variants=("hJ",), seeds=3, engine=e, engine_kw=kw)
+              for T in (8, 12) for e, kw in annealers.items()]
+    return cells
+
+
+def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int] = None,
+           ffn: Optional[bool] = None) -> list[Cell]:
+    """The cells of one part and/or one context length (``--only``, ``--seq-len``, ``--ffn``)."""
+    parts = {c.part for c in cells}
+    if only is not None and only not in parts:
+        raise ValueError(f"--only must be one of {sorted(parts)}; got {only!r}.")
+    out = [c for c in cells if (only is None or c.part == only) and (seq_len is None or c.seq_len == seq_len)
+           and (ffn is None or c.ffn == ffn)]
+    if not out:
+        raise ValueError(f"no cell matches --only {only} --seq-len {seq_len}; the grid has "
+                         f"{sorted({(c.part, c.seq_len) for c in cells})}.")
+    return out
+
+
+def _data(cell: Cell, data_path: Optional[str]):
+    """``(vocab_size, data_for_seed, task_meta)``: Shakespeare data is the same for every seed."""
+    if cell.task == "shakespeare":
+        chars = shakespeare.encode(shakespeare.load_text(data_path))
+        splits = shakespeare.lm_splits(chars, cell.seq_len)
+        return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars}
+
+    def data_for_seed(seed):
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
+        d = brackets.make_data(key, cell.seq_len, cell.n_train, cell.n_test, cell.depth, cell.types)
+        return d.train, d.test
+
+    return 2 * cell.types, data_for_seed, {"task": "brackets", "chars": brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types]}
+
+
+def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress: bool = True,
+             command: Optional[str] = None, resume: bool = True) -> dict:
+    """Train every missing run of ``cell`` in folder ``out`` and write its results.
+
+    With ``resume`` finished runs are read from their checkpoints and an interrupted
+    run continues from its last one. ``command`` is appended to ``out/commands.txt``.
+    Returns ``results[variant][seed] = metric``."""
+    os.makedirs(out, exist_ok=True)
+    vocab, data_for_seed, meta = _data(cell, data_path)
+    with open(os.path.join(out, "cell.json"), "w") as f:
+        json.dump(dataclasses.asdict(cell), f, indent=2)
+    if command:
+        with open(os.path.join(out, "commands.txt"), "a") as f:
+            f.write(command + "\n")
+    if not resume and os.path.exists(os.path.join(out, "metrics.jsonl")):
+        os.remove(os.path.join(out, "metrics.jsonl"))
+    metric = METRIC[cell.task][0]
+    t0 = time.perf_counter()
+    results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, range(cell.seeds),
+                               cell.train_config(), out, progress=progress, resume=resume, metric=metric,
+                               meta=meta)
+    _add_wall_time(out, time.perf_counter() - t0)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({v: {str(s): x for s, x in r.items()} for v, r in results.items()}, f, indent=2)
+    return results
+
+
+def _add_wall_time(out: str, seconds: float):
+    path = os.path.join(out, "wall_time.json")
+    total = json.load(open(path))["seconds"] if os.path.exists(path) else 0.0
+    with open(path, "w") as f:
+        json.dump({"seconds": total + seconds}, f)
+
+
+def write_summary(cell: Cell, results: dict, out: str, seconds: float) -> str:
+    """``summary.md`` and ``summary.csv`` of one cell; returns the markdown."""
+    _, label, scale = METRIC[cell.task]
+    rows = summary_rows(results)
+    title = (f"{cell.task}, T={cell.seq_len}, FFN={'on' if cell.ffn else 'off'}, engine={cell.engine}, "
+             f"{cell.steps} steps, {cell.seeds} seeds ({seconds:.0f} s)\n\n")
+    text = title + markdown_table(rows, label, scale=scale)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+    return text
