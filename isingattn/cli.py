@@ -43,8 +43,13 @@ def _train(args) -> int:
     cell = _cell_from_args(args, args.task)
     out = args.out or os.path.join("runs", f"{args.task}-T{args.seq_len}{'' if args.ffn else '-noffn'}")
     t0 = time.perf_counter()
+    mesh = None
+    if args.devices:
+        from isingattn.sharding import data_mesh
+
+        mesh = data_mesh(args.devices)
     results = run_cell(cell, out, data_path=getattr(args, "data", None), progress=not args.no_progress,
-                       command=" ".join(["isingattn", *sys.argv[1:]]), resume=args.resume)
+                       command=" ".join(["isingattn", *sys.argv[1:]]), resume=args.resume, mesh=mesh)
     print("\n" + write_summary(cell, results, out, time.perf_counter() - t0))
     print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl, ckpt-*.npz")
     return 0
@@ -192,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--out", default=None, help="output folder (default runs/<task>-T<T>)")
         t.add_argument("--no-progress", action="store_true")
         t.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")
+        t.add_argument("--devices", type=int, default=None,
+                       help="train data-parallel on this many devices (--batch-size must be a multiple of it)")
         t.set_defaults(func=_train)
     b.add_argument("--depth", type=int, default=None, help="maximum nesting depth (default T/2)")
     b.add_argument("--types", type=int, default=3, help="number of bracket kinds")

@@ -113,7 +113,7 @@ def _data(cell: Cell, data_path: Optional[str]):
 
 
 def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress: bool = True,
-             command: Optional[str] = None, resume: bool = True) -> dict:
+             command: Optional[str] = None, resume: bool = True, mesh=None) -> dict:
     """Train every missing run of ``cell`` in folder ``out`` and write its results.
 
     With ``resume`` finished runs are read from their checkpoints and an interrupted
@@ -132,7 +132,7 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
     t0 = time.perf_counter()
     results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, range(cell.seeds),
                                cell.train_config(), out, progress=progress, resume=resume, metric=metric,
-                               meta=meta)
+                               meta=meta, mesh=mesh)
     _add_wall_time(out, time.perf_counter() - t0)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({v: {str(s): x for s, x in r.items()} for v, r in results.items()}, f, indent=2)
