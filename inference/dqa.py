@@ -600,6 +600,10 @@ class DQA(Engine):
             ``calibrate_from="samples"`` 4 standard errors of a ``num_shots`` fit are added.
         max_n: largest ``n`` simulated (2^n amplitudes per model). kl_max_n: KL diagnostics
             up to this ``n``.
+        rao_blackwell: report the mean of ``tanh(β(h + J s))`` over the shots instead of
+            the mean of ``s`` (:mod:`isingattn.fluctuation`): the Boltzmann marginals the shots
+            imply, smooth and far less noisy. Use it for training; the plain mean describes
+            the shots themselves.
 
     ``marginals(model, key=...)`` returns the sample marginals (``samples [..., S, n]``),
     differentiable through the fluctuation–dissipation VJP. ``info`` (batch-shaped):
@@ -635,6 +639,7 @@ class DQA(Engine):
     calibration_rtol: float = eqx.field(static=True, default=0.05)
     max_n: int = eqx.field(static=True, default=MAX_N)
     kl_max_n: int = eqx.field(static=True, default=16)
+    rao_blackwell: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         _check_config(tau=self.tau, num_steps=self.num_steps, schedule=self.schedule, order=self.order,
@@ -675,7 +680,7 @@ class DQA(Engine):
 @eqx.filter_jit
 def _marginals_jit(engine: DQA, model: IsingModel, key):
     samples, _, info = _run_model(engine._cfg(), model, key)
-    return sample_marginals(model, samples, info)
+    return sample_marginals(model, samples, info, rao_blackwell=engine.rao_blackwell)
 
 
 @eqx.filter_jit
