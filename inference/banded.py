@@ -39,7 +39,7 @@ from jax import lax
 
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
-from isingattn.inference.exact import LOST_MASS_TOL, _safe_log, spin_table
+from isingattn.inference.exact import LOST_MASS_TOL, spin_table
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel, _is_traced
 
@@ -70,7 +70,9 @@ class Banded(Engine):
 
     Cost ``O(n 2^w)`` exponentials per query, linear in ``n``: ``n`` in the hundreds
     or thousands is fine for ``w ≲ 12``; the time doubles with each unit of ``w``.
-    Differentiable in ``h`` and ``J`` by autodiff (through the log-space scans).
+    Differentiable in ``h`` and ``J`` by autodiff (through the sweeps). ``J`` beyond
+    the band is structurally zero here, so its gradient there (and on the diagonal)
+    is 0: the gradient restricted to the band.
     Honours ``mask`` and ``causal`` like ``Exact``. With ``corr=True`` the pair
     correlations come from one forward-mode derivative per spin, ``O(n² 2^w)`` per
     query: only for modest ``n``.
@@ -215,19 +217,26 @@ def _scaled(xs, batch, beta, w, dt, block):
     old = lambda x: x.reshape(x.shape[:-1] + (2, half))  # (leaving spin, rest)
     new = lambda x: x.reshape(x.shape[:-1] + (half, 2))  # (rest, entering spin)
 
+    tiny = float(jnp.finfo(dt).tiny)
+    # Failing models get a zero cotangent (their values are replaced), so their backward
+    # pass must only meet finite partials: 0 * inf would be NaN. Hence every divisor is
+    # kept above tiny (or sqrt(tiny) where it is squared), and a model that would need a
+    # smaller one is reported as failed.
+    guard = lambda x, floor: (jnp.where(x > floor, x, 1.0), jnp.where(x > floor, 0.0, jnp.inf))
+
     def normalize(x):
-        M = sg(jnp.max(x, axis=-1, keepdims=True))
-        M = jnp.where(M > 0, M, 1.0)  # all flushed: the bound below reports it
-        return x / M, jnp.log(M[..., 0])
+        M = sg(jnp.max(x, axis=-1))
+        Mg, flag = guard(M, tiny)
+        # the bound: each entry is a sum of 2 products of factors ≤ 1 (< 3 tiny lost), then / M
+        return x / Mg[..., None], jnp.log(Mg), sg(math.log(3.0) + log_tiny - jnp.log(Mg) + flag)
 
     def fwd(carry, t_in):  # window before spin t -> after it
         alpha, c = carry
         Kp, Km, up, um, shift = factors(t_in)
         plus = old(alpha * Kp).sum(-2) * up  # [*, half]
         minus = old(alpha * Km).sum(-2) * um
-        alpha, logM = normalize(jnp.stack([plus, minus], axis=-1).reshape(plus.shape[:-1] + (n_states,)))
-        # each entry is a sum of 2 products of factors ≤ 1: < 3 tiny lost, then / M
-        return (alpha, c + logM + shift), (alpha, sg(math.log(3.0) + log_tiny - logM))
+        alpha, logM, lost = normalize(jnp.stack([plus, minus], axis=-1).reshape(plus.shape[:-1] + (n_states,)))
+        return (alpha, c + logM + shift), (alpha, lost)
 
     alpha0 = jnp.ones(batch + (n_states,), dt)
     c0 = jnp.full(batch, -w * math.log(2.0), dt)  # w virtual free spins before spin 0
@@ -236,22 +245,23 @@ def _scaled(xs, batch, beta, w, dt, block):
         b, lost_b = carry  # lost_b: bound on the flushed part of b, relative to its max
         (alpha_t, lost_t), step = t_in
         P = new(alpha_t * b).sum(-2)  # [*, 2]: unnormalized P(s_t = ±1)
-        tot = P.sum(-1)
-        m_t = (P[..., 0] - P[..., 1]) / jnp.where(tot > 0, tot, 1.0)
-        log_ab = sg(_safe_log(tot))
+        tot, flag = guard(P.sum(-1), math.sqrt(tiny))
+        m_t = (P[..., 0] - P[..., 1]) / tot
+        log_ab = sg(jnp.log(tot) - flag)
         lost = jnp.stack([lost_t + sg(jnp.log(b.sum(-1))) - log_ab,  # flushed in alpha_t, weighted by b
                           lost_b + sg(jnp.log(alpha_t.sum(-1))) - log_ab,  # flushed in b, weighted by alpha_t
                           w * math.log(2.0) + log_tiny - log_ab])  # flushed in alpha_t * b
         Kp, Km, up, um, _ = factors(step)
         tile = lambda x: jnp.concatenate([x, x], axis=-1)  # either value of the leaving spin
         bp, bm = jnp.unstack(new(b), axis=-1)
-        b, logM = normalize(Kp * tile(bp * up) + Km * tile(bm * um))
-        return (b, sg(math.log(3.0) + log_tiny - logM)), (m_t, jax.nn.logsumexp(lost, axis=0))
+        b, _, lost_b = normalize(Kp * tile(bp * up) + Km * tile(bm * um))
+        return (b, lost_b), (m_t, sg(jax.nn.logsumexp(lost, axis=0)))
 
     b0 = (jnp.ones(batch + (n_states,), dt), jnp.full(batch, -jnp.inf, dt))
     (alpha_n, c), (means, lost) = _sweep(fwd, bwd, (alpha0, c0), b0, xs, block)  # [N, *batch]
-    log_z = c + _safe_log(alpha_n.sum(-1))
-    lost = jax.nn.logsumexp(lost, axis=0)  # the bounds of all spins add up
+    total, flag = guard(alpha_n.sum(-1), tiny)
+    log_z = c + jnp.log(total)
+    lost = sg(jax.nn.logsumexp(lost, axis=0) + flag)  # the bounds of all spins add up
     return jnp.moveaxis(means, 0, -1), log_z, jnp.where(jnp.isnan(lost), jnp.inf, lost)
 
 
