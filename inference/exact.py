@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Optional
+from typing import ClassVar, Optional
 
 import equinox as eqx
 import jax
@@ -74,6 +74,7 @@ class Exact(Engine):
     (training) leave it None and shard the batch instead (``isingattn.sharding``).
     """
 
+    exact: ClassVar[bool] = True
     max_n: int = eqx.field(static=True, default=26)
     corr: bool = eqx.field(static=True, default=False)
     mesh: Optional[Mesh] = eqx.field(static=True, default=None)

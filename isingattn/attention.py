@@ -32,7 +32,7 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
     Variants (the paper's ablation): ``"softmax"`` (standard attention), ``"hJ"``
     (fields and couplings, needs ``engine``), ``"h"`` (``J ≡ 0``: closed form
     ``α ∝ sigmoid(2βh)``), ``"J"`` (``h ≡ 0``, couplings only; uniform by spin-flip
-    symmetry, computed through the engine all the same).
+    symmetry; exact engines use that, sampling engines are run all the same).
 
     Args:
         q, k: ``[..., T, d_k]`` (queries and keys; ``T_q == T_k`` when causal).
@@ -73,10 +73,13 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
             raise IsingInputError(f"variant {variant!r} needs couplings J [..., {Tk}, {Tk}] and an inference engine.")
         if J.shape[-2:] != (Tk, Tk):
             raise IsingInputError(f"J must be [..., {Tk}, {Tk}] for {Tk} keys; got {J.shape}. Slice it: J[..., :T, :T].")
-        if variant == "J":
-            h = jnp.zeros_like(h)
-        model = IsingModel(h, J[..., None, :, :], beta=beta, causal=causal)
-        alpha = (1 + engine.marginals(model, key=key).mean) / 2
+        if variant == "J" and getattr(engine, "exact", False):
+            alpha = jnp.full_like(h, 0.5)  # ⟨s⟩ = 0 exactly by spin-flip symmetry at h = 0
+        else:
+            if variant == "J":
+                h = jnp.zeros_like(h)
+            model = IsingModel(h, J[..., None, :, :], beta=beta, causal=causal)
+            alpha = (1 + engine.marginals(model, key=key).mean) / 2
     alpha = jnp.where(visible, alpha, 0.0)
     total = alpha.sum(-1, keepdims=True)
     # A row with no key "on" (every sampled spin -1, or tanh saturated at -1 in float32)

@@ -62,7 +62,7 @@ def _reproduce(args) -> int:
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
     if not args.report_only:
         ffn = None if args.ffn is None else args.ffn == "on"
-        cells = select(grid(args.quick), args.only, args.seq_len, ffn)
+        cells = select(grid(args.quick), args.only, args.seq_len, ffn, args.engine)
         print(f"{len(cells)} cell(s) -> {root}: " + ", ".join(c.name for c in cells), flush=True)
         for cell in cells:
             if args.seeds is not None:
@@ -213,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seq-len", type=int, default=None, help="only the cells at this context length")
     r.add_argument("--ffn", choices=("on", "off"), default=None, help="only cells with / without the FFN")
     r.add_argument("--seeds", type=int, default=None, help="override the number of seeds per cell")
+    r.add_argument("--engine", default=None, help="only cells trained with this engine (e.g. dqa)")
     r.add_argument("--data", default=None, help="Tiny Shakespeare input.txt (else $ISINGATTN_DATA, cache, download)")
     r.add_argument("--out", default=None, help="root folder (default results/reproduce, or runs/reproduce-quick)")
     r.add_argument("--report-only", action="store_true", help="rebuild tables and plots from finished cells")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
 
 import equinox as eqx
 import jax
@@ -20,7 +20,11 @@ class Engine(eqx.Module):
 
     Configuration lives in static fields, so engines are hashable and can sit in a
     model config. Engines use ``IsingModel``'s energy; none re-implements it.
+    ``exact`` (class attribute) marks engines whose marginals are exact, so symmetry
+    results (e.g. ``⟨s⟩ = 0`` at ``h = 0``) may be used instead of running them.
     """
+
+    exact: ClassVar[bool] = False
 
     @abc.abstractmethod
     def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:

@@ -76,7 +76,7 @@ def grid(quick: bool = False) -> list[Cell]:
                      engine_kw=(("num_samples", 64), ("num_warmup", 32)))]
     cells = [Cell("shakespeare", "shakespeare", T, seeds=3, steps=2000) for T in (4, 8, 12, 16)]
     cells += [Cell("brackets", "brackets", T, seeds=5, ffn=ffn) for T in (8, 12, 16, 20) for ffn in (True, False)]
-    annealers = {"dqa": (("calibration_steps", 1), ("kl_max_n", 0), ("num_shots", 64)),
+    annealers = {"dqa": (("calibration_steps", 1), ("kl_max_n", 0), ("num_shots", 64), ("rao_blackwell", True)),
                  "sqa": (("num_reads", 64), ("num_sweeps", 64)), "gibbs": (("num_samples", 64), ("num_warmup", 32))}
     cells += [Cell("annealing", "brackets", T, variants=("hJ",), seeds=3, engine=e, engine_kw=kw)
               for T in (8, 12) for e, kw in annealers.items()]
@@ -84,13 +84,13 @@ def grid(quick: bool = False) -> list[Cell]:
 
 
 def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int] = None,
-           ffn: Optional[bool] = None) -> list[Cell]:
-    """The cells of one part and/or one context length (``--only``, ``--seq-len``, ``--ffn``)."""
+           ffn: Optional[bool] = None, engine: Optional[str] = None) -> list[Cell]:
+    """The cells of one part, context length, FFN setting or engine (``--only``, ``--seq-len``, ...)."""
     parts = {c.part for c in cells}
     if only is not None and only not in parts:
         raise ValueError(f"--only must be one of {sorted(parts)}; got {only!r}.")
     out = [c for c in cells if (only is None or c.part == only) and (seq_len is None or c.seq_len == seq_len)
-           and (ffn is None or c.ffn == ffn)]
+           and (ffn is None or c.ffn == ffn) and (engine is None or c.engine == engine)]
     if not out:
         raise ValueError(f"no cell matches --only {only} --seq-len {seq_len}; the grid has "
                          f"{sorted({(c.part, c.seq_len) for c in cells})}.")
