@@ -280,9 +280,12 @@ def _validate_values(h, J, beta):
         (~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."),
     ]
     if traced:
+        # The checks hang off a scalar that h then depends on: error_if pins its
+        # operand to one device, and pinning h itself would gather a sharded batch.
+        ok = jnp.zeros((), jnp.result_type(h))
         for bad, msg in checks:
-            h = eqx.error_if(h, bad, msg)
-        return h, J, beta
+            ok = eqx.error_if(ok, bad, msg)
+        return h + ok, J, beta
     for bad, msg in checks:
         if bool(bad):
             detail = ""
