@@ -7,20 +7,31 @@ Three layers share ONE transition function, :func:`gibbs_sweep`:
   -> (GibbsState, GibbsInfo)``, one heat-bath sweep over every spin. Spins are
   visited class by class; the spins of a class are updated in parallel, so a class
   must not contain two coupled spins. ``classes=None`` is the systematic scan
-  (one spin per class, in order); :func:`color_classes` gives the classes of a
-  greedy colouring of the coupling graph (networkx), which makes a chain or a 2D
-  lattice two parallel half-sweeps. The local fields ``h + J s`` are computed
-  once per sweep (one GEMM over every chain and model) and then updated
-  incrementally after each class, so a sweep costs ``O(n²)`` per model
-  (the built-in ``numpyro.infer.DiscreteGibbs`` re-evaluates the whole potential
-  per spin: ``O(n³)``).
+  ``0..n-1``; :func:`color_classes` gives the classes of a greedy colouring of the
+  coupling graph (networkx), which makes a chain or a 2D lattice two parallel
+  half-sweeps. The built-in ``numpyro.infer.DiscreteGibbs`` re-evaluates the whole
+  potential per spin (``O(n³)`` per sweep); here a sweep costs ``O(n²)`` per model.
 * :class:`IsingGibbsKernel`: the kernel as a ``numpyro.infer.mcmc.MCMCKernel``, so
   ``numpyro.infer.MCMC`` supplies chains, warmup, thinning, the progress bar,
   ``get_samples`` and ``print_summary``, and ``az.from_numpyro`` works.
-* :class:`Gibbs` (``inference.get("gibbs")``): the engine. One jitted computation,
-  a ``lax.scan`` over sweeps vmapped over chains, for the whole model batch (every
-  query of an attention layer at once). Same key => same chains as ``MCMC`` with
+* :class:`Gibbs` (``inference.get("gibbs")``): the engine. One jitted loop over
+  sweeps with the chains as a batch axis, for the whole model batch (every query of
+  an attention layer at once). Same key => same chains as ``MCMC`` with
   ``chain_method="vectorized"`` and the same settings (a test checks it).
+
+How a sweep is computed (each step measured on CPU, dense n = 64, 256 chains):
+
+* The heat-bath rule ``s_i' = +1 iff u_i < sigmoid(2β f_i)`` is the comparison
+  ``f_i > logit(u_i) / 2β``: the logistic noise of whole sweeps is drawn in bulk
+  (:mod:`isingattn.prng`, fused Threefry), and the sequential part only compares.
+* Dense ``J`` allows no parallel updates within a chain, so the systematic scan is
+  sequential; its parallelism is over chains and models. It goes ``SWEEP_BLOCK``
+  spins at a time in spin-major layout ``[n, chains·models]``: one GEMM gives a
+  block's fields from the current spins, then one small fusion updates the block's
+  spins in order (the couplings inside the block are applied as each spin changes).
+  This is ``n / SWEEP_BLOCK`` GEMMs and fusions per sweep instead of ``n`` rank-1
+  updates of the ``[n, chains]`` field matrix (2x the spin-update rate), and the
+  fields are exact at every block (no drift from incremental updates).
 
 Randomness: one key per chain (``random.split(key, num_chains)``, as ``MCMC``
 does); a chain splits its key once for its initial state and once per sweep.
@@ -29,10 +40,11 @@ Masked (inactive) spins are held at 0 for the whole run: the sweep updates a spi
 ``s_i`` to ``±|s_i|``, so a 0 stays 0 and contributes nothing to the fields.
 
 Cost and where it gets slow: ``O(n²)`` per sweep and model for dense ``J``;
-the systematic scan is ``n`` sequential steps per sweep (each vectorized over
-chains and models), so small batches of large dense models are latency-bound.
-Strongly coupled or low-temperature models mix slowly (single-spin moves):
-check ``info["r_hat"]`` / ``info["ess"]``.
+the systematic scan is ``n / SWEEP_BLOCK`` sequential steps per sweep (each
+vectorized over chains and models), so small batches of large dense models are
+latency-bound. Measured (benchmarks/gibbs.py, shared 2-core CPU, float32, dense
+n = 64, 256 chains): see benchmarks/README.md. Strongly coupled or low-temperature
+models mix slowly (single-spin moves): check ``info["r_hat"]`` / ``info["ess"]``.
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from isingattn.energy import energy, local_field
+from isingattn import prng
+from isingattn.energy import energy, local_field, local_field_rows
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
@@ -63,11 +76,18 @@ except ImportError:  # pragma: no cover
         return True
 
 SCHEDULES = ("systematic", "colored")
+# Spins per block of the systematic scan (see gibbs_sweep). Measured on a 2-core CPU,
+# dense n = 64, 256 chains, float32: b = 2: 46, 4: 57, 8: 41 M updates/s (sweep
+# alone); b = 16 is slower still (XLA splits the unrolled block update).
+SWEEP_BLOCK = 4
+NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
 
 __all__ = [
     "GibbsState",
     "GibbsInfo",
     "gibbs_sweep",
+    "sweep_thresholds",
+    "sweep_with_thresholds",
     "init_spins",
     "color_classes",
     "schedule_classes",
@@ -119,6 +139,71 @@ def _class_table(classes, n: int):
     return idx, valid
 
 
+def _update_block(G, t, s, J_in):
+    """Heat-bath updates of ``b`` consecutive spins, in order, for every chain and model
+    (spin-major: the block's spins on axis 0).
+
+    G: ``[b, ...]`` their local fields with the block's OLD spins; t: ``[b, ...]``
+    thresholds from :func:`sweep_thresholds`; s: ``[b, ...]`` old spins (0 = inactive,
+    kept 0); J_in: ``[b, b, ...]`` couplings inside the block. Returns the new spins.
+
+    Spin ``i`` sees the spins ``j < i`` of the block already updated:
+    ``f_i = G_i + Σ_{j<i} J_ij (s_j' - s_j)``. Unrolled, this is ONE elementwise XLA
+    fusion over chains and models (b(b-1)/2 multiply-adds each); up to b = 8 XLA keeps
+    it one fusion, at b = 16 it splits it and recomputes (measured).
+    """
+    new, d = [], []
+    for i in range(G.shape[0]):
+        f = G[i]
+        for j in range(i):
+            f = f + J_in[i, j] * d[j]
+        a = jnp.abs(s[i])
+        new.append(jnp.where(f > t[i], a, -a))
+        d.append(new[i] - s[i])
+    return jnp.stack(new)
+
+
+def _systematic_sweep(t, s, h, J):
+    """The systematic scan ``0..n-1`` of :func:`sweep_with_thresholds`, ``SWEEP_BLOCK``
+    spins at a time: per block, one GEMM gives the block's fields from the CURRENT
+    spins (recomputed exactly, so no rounding drift builds up), then
+    :func:`_update_block`. Spin-major layout ``[n, ...]``: a block's rows are
+    contiguous over every chain and model.
+
+    t, s: ``[..., n]``; h: ``[..., n]`` and J: ``[..., n, n]`` with batch axes aligned
+    to the spins' (same rank, size 1 where shared)."""
+    n = s.shape[-1]
+    b = min(SWEEP_BLOCK, n)
+    K, rem = divmod(n, b)
+    s_t, t_t, h_t = (jnp.moveaxis(x, -1, 0) for x in (s, t, h))  # [n, ...]
+    if all(d == 1 for d in J.shape[:-2]):
+        J_t = J.reshape(n, n)  # shared by every chain and model: the block fields are GEMMs
+    else:
+        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [n (row), n, ...]
+    split = lambda x: x[: K * b].reshape((K, b) + x.shape[1:])  # leading axis: block
+    J_in = jnp.stack([J_t[k * b : (k + 1) * b, k * b : (k + 1) * b] for k in range(K)])  # [K, b, b, ...]
+
+    def block(s_t, x):
+        k, h_k, J_k, Jin_k, t_k = x
+        G = local_field_rows(h_k, J_k, s_t)  # [b, ...]
+        old = lax.dynamic_slice_in_dim(s_t, k * b, b, axis=0)
+        return lax.dynamic_update_slice_in_dim(s_t, _update_block(G, t_k, old, Jin_k), k * b, axis=0), None
+
+    s_t, _ = lax.scan(block, s_t, (jnp.arange(K), split(h_t), split(J_t), J_in, split(t_t)))
+    if rem:  # the last n % b spins: one more, smaller block
+        G = local_field_rows(h_t[K * b :], J_t[K * b :], s_t)
+        tail = _update_block(G, t_t[K * b :], s_t[K * b :], J_t[K * b :, K * b :])
+        s_t = lax.dynamic_update_slice_in_dim(s_t, tail, K * b, axis=0)
+    return jnp.moveaxis(s_t, 0, -1)
+
+
+def sweep_thresholds(key, shape, dtype, beta):
+    """The noise of one sweep: ``logistic / 2β``, ``[*shape]``. Spin ``i`` becomes +1
+    iff its local field exceeds its threshold, which happens with probability
+    ``sigmoid(2β f_i)``: the heat-bath rule, with no transcendental in the sweep."""
+    return prng.logistic(key, shape, dtype) * (0.5 / jnp.asarray(beta, dtype))
+
+
 def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[Sequence[int]]] = None):
     """One heat-bath sweep: every active spin is resampled once from its conditional
     ``p(s_i = +1 | rest) = sigmoid(2β (h_i + Σ_j J_ij s_j))``.
@@ -133,47 +218,46 @@ def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[S
             be pairwise uncoupled. ``None``: systematic scan ``0, 1, ..., n-1``.
 
     Returns:
-        ``(GibbsState, GibbsInfo)``. Cost ``O(n²)`` per model (one field GEMM, then
-        an ``O(n · |class|)`` incremental update per class).
+        ``(GibbsState, GibbsInfo)``. Cost ``O(n²)`` per model: for the systematic
+        scan, ``n / SWEEP_BLOCK`` field GEMMs plus one small fusion per block; for
+        classes, one field GEMM and an ``O(n · |class|)`` update per class.
     """
+    t = sweep_thresholds(key, state.spins.shape, state.spins.dtype, beta)
+    return sweep_with_thresholds(t, state, h, J, classes)
+
+
+def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
+    """:func:`gibbs_sweep` with its noise given: ``t [..., n]`` from :func:`sweep_thresholds`
+    (so that a run can draw the noise of many sweeps at once)."""
     s = state.spins
     n, r = s.shape[-1], s.ndim - 1
     dtype = s.dtype
     J = jnp.asarray(J, dtype)
     J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)  # batch axes aligned with the spins'
-    # s_i' = +1 iff u_i < sigmoid(2β f_i), the heat-bath probability; all the
-    # randomness of the sweep is drawn at once.
-    u = jax.random.uniform(key, s.shape, dtype)
-    two_beta = 2 * jnp.asarray(beta, dtype)
-    field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
-    # Spin-major layout [n, ...]: spin i's field, uniform and coupling row are
-    # leading-axis slices, which the loop below reads without gathers.
-    s_t, f_t, u_t = (jnp.moveaxis(x, -1, 0) for x in (s, field, u))
-    a_t = jnp.abs(s_t)  # 1 active, 0 inactive (held at 0)
-    J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [i, k, *batch]: row i of J, over spins k
+    h = jnp.asarray(h, dtype)
 
-    if classes is None:  # systematic scan: one spin per step, a rank-1 field update
-
-        def step(f, x):
-            i, J_i, u_i, a_i, s_i = x
-            f_i = lax.dynamic_index_in_dim(f, i, 0, keepdims=False)
-            new = jnp.where(u_i < jax.nn.sigmoid(two_beta * f_i), a_i, -a_i)
-            return f + J_i * (new - s_i), new
-
-        _, new_t = lax.scan(step, f_t, (jnp.arange(n), J_t, u_t, a_t, s_t))
+    if classes is None:
+        h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
+        new = _systematic_sweep(t, s, h, J)
     else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
+        field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
+        # Spin-major layout [n, ...]: a class's fields, thresholds and coupling rows
+        # are leading-axis gathers.
+        s_t, f_t, t_t = (jnp.moveaxis(x, -1, 0) for x in (s, field, t))
+        a_t = jnp.abs(s_t)  # 1 active, 0 inactive (held at 0)
+        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [i, k, *batch]: row i of J, over spins k
         idx, valid = _class_table(classes, n)
         pad = (slice(None),) + (None,) * r
 
         def step(carry, cls):
             s_t, f = carry
             i, ok = cls  # [m] indices of the class, [m] validity
-            new = jnp.where(u_t[i] < jax.nn.sigmoid(two_beta * f[i]), a_t[i], -a_t[i])
+            new = jnp.where(f[i] > t_t[i], a_t[i], -a_t[i])
             d = (new - s_t[i]) * ok.astype(dtype)[pad]  # [m, ...]: 0 or ±2; 0 for padding
             return (s_t.at[i].add(d), f + jnp.einsum("mk...,m...->k...", J_t[i], d)), None
 
         (new_t, _), _ = lax.scan(step, (s_t, f_t), (jnp.asarray(idx), jnp.asarray(valid)))
-    new = jnp.moveaxis(new_t, 0, -1)
+        new = jnp.moveaxis(new_t, 0, -1)
     rate = 0.5 * jnp.abs(new - s).sum(-1) / jnp.maximum(jnp.abs(s).sum(-1), 1)
     return GibbsState(new), GibbsInfo(rate)
 
@@ -372,11 +456,15 @@ def _chain_step(state, key, h, J, beta, classes):
 
 def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int,
                thin: int = 1, classes=None):
-    """Run ``num_chains`` chains of :func:`gibbs_sweep` as one ``lax.scan``.
+    """Run ``num_chains`` chains of :func:`gibbs_sweep` in one loop over sweeps.
 
     Same semantics as ``MCMC(num_warmup, num_samples, thinning=thin)``: warmup
     sweeps are discarded, then ``num_samples`` sweeps of which every ``thin``-th is
-    kept (``num_samples // thin`` draws).
+    kept (``num_samples // thin`` draws). Chain ``c`` uses exactly the keys and
+    noise of ``IsingGibbsKernel`` run as chain ``c`` of a vectorized ``MCMC``.
+
+    The chains are a leading batch axis of one state ``[C, *shape]`` (not a ``vmap``):
+    each block of the systematic scan is then one GEMM over every chain and model.
 
     Args:
         shape: ``(*batch, n)``, the spin shape of one chain.
@@ -388,27 +476,44 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     burn = num_warmup + num_samples % thin  # as fori_collect: keep the LAST sweep of each block
     total = burn + D * thin
     dtype = h.dtype
+    C = num_chains
+    shape = tuple(shape)
 
-    def one_chain(k):
-        state, k = _chain_init(k, shape, active, dtype)
-        draws = jnp.zeros((D,) + tuple(shape), dtype)
-        rate = jnp.zeros(tuple(shape[:-1]), dtype)
+    state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, C))
+    draws = jnp.zeros((C, D) + shape, dtype)
+    rate = jnp.zeros((C,) + shape[:-1], dtype)
 
-        # One loop over every sweep (one copy of the sweep in the compiled program).
-        # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
-        # and are overwritten later, as are the first thin-1 sweeps of every block.
-        def sweep(t, carry):
-            state, k, draws, rate = carry
-            state, k, info = _chain_step(state, k, h, J, beta, classes)
-            d = jnp.clip((t - burn) // thin, 0, D - 1)
-            draws = lax.dynamic_update_index_in_dim(draws, state.spins, d, 0)
-            rate = rate + jnp.where(t >= burn, info.flip_rate, 0)
-            return state, k, draws, rate
+    # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
+    # and are overwritten later, as are the first thin-1 sweeps of every block.
+    def sweep(t, carry, thresholds):
+        state, draws, rate = carry
+        state, info = sweep_with_thresholds(thresholds, state, h, J, classes)
+        d = jnp.clip((t - burn) // thin, 0, D - 1)
+        draws = lax.dynamic_update_index_in_dim(draws, state.spins, d, 1)
+        rate = rate + jnp.where(t >= burn, info.flip_rate, 0)
+        return state, draws, rate
 
-        _, _, draws, rate = lax.fori_loop(0, total, sweep, (state, k, draws, rate))
-        return draws, rate / (D * thin)
+    # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
+    # from the keys _chain_step splits. One loop over chunks, an inner one over the
+    # sweeps of a chunk (the last chunk may be partial: a dynamic trip count).
+    L = min(NOISE_CHUNK, total)
+    split = jax.vmap(jax.random.split)  # [C] keys -> [C, 2]
 
-    return jax.vmap(one_chain)(_chain_keys(key, num_chains))
+    def chunk(c, carry):
+        state, k, draws, rate = carry
+
+        def next_key(k, _):
+            k2 = split(k)
+            return k2[:, 0], k2[:, 1]
+
+        k, keys = lax.scan(next_key, k, None, length=L)  # [L, C]
+        noise = jax.vmap(jax.vmap(lambda kk: sweep_thresholds(kk, shape, dtype, beta)))(keys)  # [L, C, *shape]
+        inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
+        state, draws, rate = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (state, draws, rate))
+        return state, k, draws, rate
+
+    _, _, draws, rate = lax.fori_loop(0, -(-total // L), chunk, (state, k, draws, rate))
+    return draws, rate / (D * thin)
 
 
 # ---------------------------------------------------------------------------------

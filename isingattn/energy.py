@@ -41,6 +41,18 @@ def local_field(h, J, s):
     return h + jnp.einsum("...j,...jk->...k", s, J)
 
 
+def local_field_rows(h, J, s):
+    """``local_field`` of ``m`` spins in spin-major layout, for samplers that keep the
+    spins as ``[n, ...]`` (chains and models trailing and contiguous, so a block of
+    rows is one GEMM over all of them).
+
+    h: [m, ...] their fields; J: [m, n] or [m, n, ...] their rows of J; s: [n, ...]
+    -> [m, ...]."""
+    if J.ndim == 2:  # one J for every chain and model: a plain GEMM
+        return h + (J @ s.reshape(s.shape[0], -1)).reshape((J.shape[0],) + s.shape[1:])
+    return h + jnp.einsum("mk...,k...->m...", J, s)
+
+
 def energy(h, J, s):
     """Total energy ``E(s)``.  h: [..., n], J: [..., n, n], s: [..., n] -> [...]."""
     return field_energy(h, s) + coupling_energy(J, s)
