@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Optional
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from isingattn.attention import VARIANTS, attention_fields, boltzmann_attention
 from isingattn.inference import Exact
 
-J_PARAMS = ("full",)
+J_PARAMS = ("full", "toeplitz", "banded")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,8 @@ class Config:
     ffn_mult: int = 4
     variant: str = "hJ"
     engine: Any = Exact()
-    J_param: str = "full"
+    J_param: str = "full"  # "full", "toeplitz" (J_jk = w[|j-k|]) or "banded" (zero beyond J_band)
+    J_band: Optional[int] = None  # bandwidth: required by "banded", optional truncation of "toeplitz"
     field_bias: bool = True  # learnable scalar field per head (h and hJ variants)
     beta: float = 1.0
 
@@ -38,6 +40,19 @@ class Config:
             raise ValueError(f"variant must be one of {VARIANTS}; got {self.variant!r}.")
         if self.J_param not in J_PARAMS:
             raise ValueError(f"J_param must be one of {J_PARAMS}; got {self.J_param!r}.")
+        if self.J_band is not None and not (isinstance(self.J_band, int) and self.J_band >= 1):
+            raise ValueError(f"J_band must be a positive integer (a bandwidth) or None; got {self.J_band!r}.")
+        if self.J_param == "banded" and self.J_band is None:
+            raise ValueError('J_param="banded" needs J_band, the largest coupled distance, e.g. J_band=8.')
+        if self.J_param == "full" and self.J_band is not None:
+            raise ValueError('J_band applies to J_param="banded" or "toeplitz"; a "full" J has no band.')
+        width = self.seq_len - 1 if self.J_band is None else min(self.J_band, self.seq_len - 1)
+        engine_band = getattr(self.engine, "bandwidth", None)
+        if self.variant in ("hJ", "J") and engine_band is not None and width > engine_band:
+            raise ValueError(
+                f"the engine handles couplings up to distance {engine_band}, but this J reaches distance {width}. "
+                f'Use J_param="banded" or "toeplitz" with J_band ≤ {engine_band}, or a wider engine.'
+            )
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}).")
 
@@ -62,7 +77,11 @@ class LayerNorm(eqx.Module):
 class Attention(eqx.Module):
     w_qkv: jax.Array  # (d, 3d)
     w_out: jax.Array  # (d, d)
-    J_raw: jax.Array  # (H, T_max, T_max): J = sym(J_raw) with zero diagonal, starts at 0
+    # J's free parameters, all starting at 0 (J ≡ 0):
+    #   full:     (H, T_max, T_max), J = sym(J_raw) with zero diagonal
+    #   toeplitz: (H, L), J_jk = J_raw[|j-k|] for 1 ≤ |j-k| < L  (L = J_band + 1, or T_max)
+    #   banded:   (H, J_band, T_max), J_{t, t-d} = J_raw[d-1, t] for 1 ≤ d ≤ J_band
+    J_raw: jax.Array
     field_bias: jax.Array  # (H,)
     config: Config = eqx.field(static=True)
 
@@ -71,15 +90,27 @@ class Attention(eqx.Module):
         d, H, T = config.d_model, config.n_heads, config.seq_len
         self.w_qkv = _dense(k1, d, 3 * d)
         self.w_out = _dense(k2, d, d)
-        self.J_raw = jnp.zeros((H, T, T))
+        band = max(1, T - 1 if config.J_band is None else min(config.J_band, T - 1))
+        self.J_raw = jnp.zeros({"full": (H, T, T), "toeplitz": (H, band + 1), "banded": (H, band, T)}[config.J_param])
         self.field_bias = jnp.zeros(H)
         self.config = config
 
     def couplings(self, T=None):
         """The symmetric, zero-diagonal coupling matrices ``(H, T, T)``."""
         T = T or self.config.seq_len
-        A = self.J_raw[:, :T, :T]
-        return (A + jnp.swapaxes(A, -1, -2)) / 2 * (1 - jnp.eye(T, dtype=A.dtype))
+        if self.config.J_param == "full":
+            A = self.J_raw[:, :T, :T]
+            return (A + jnp.swapaxes(A, -1, -2)) / 2 * (1 - jnp.eye(T, dtype=A.dtype))
+        j, k = np.arange(T)[:, None], np.arange(T)[None, :]
+        if self.config.J_param == "toeplitz":
+            dist = np.abs(j - k)  # (T, T)
+            inside = (dist > 0) & (dist < self.J_raw.shape[-1])
+            return jnp.where(inside, self.J_raw[:, np.minimum(dist, self.J_raw.shape[-1] - 1)], 0.0)
+        band = self.J_raw.shape[1]  # banded: the lower triangle J_{j, j-d} is read from row j, then mirrored
+        dist = j - k
+        inside = (dist >= 1) & (dist <= band)
+        lower = jnp.where(inside, self.J_raw[:, np.clip(dist - 1, 0, band - 1), np.broadcast_to(j, (T, T))], 0.0)
+        return lower + jnp.swapaxes(lower, -1, -2)
 
     def _qkv(self, x):  # (B, T, d) -> 3 x (B, H, T, dh)
         B, T, d = x.shape
