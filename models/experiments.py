@@ -21,6 +21,7 @@ import jax
 from isingattn.engine import get
 from isingattn.models import brackets, shakespeare
 from isingattn.models.report import markdown_table, summary_rows
+from isingattn.models.saved import config_to_dict
 from isingattn.models.train import TrainConfig, compare_variants
 from isingattn.models.transformer import Config
 
@@ -123,6 +124,10 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
     vocab, data_for_seed, meta = _data(cell, data_path)
     with open(os.path.join(out, "cell.json"), "w") as f:
         json.dump(dataclasses.asdict(cell), f, indent=2)
+    with open(os.path.join(out, "config.json"), "w") as f:  # the full configuration of every run
+        json.dump({"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
+                   "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta},
+                  f, indent=2)
     if command:
         with open(os.path.join(out, "commands.txt"), "a") as f:
             f.write(command + "\n")

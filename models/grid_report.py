@@ -15,6 +15,7 @@ import math
 import os
 from collections import defaultdict
 
+import jax
 import numpy as np
 
 from isingattn import analysis, checkpoint
@@ -184,6 +185,66 @@ def _heatmaps(cells, root):
     return paths
 
 
+SAMPLE_TEXT = {"shakespeare": "First Citizen: Before we proceed any further"}
+
+
+def _sample_tokens(cell, chars: str) -> np.ndarray:
+    """A fixed input for attention maps: Shakespeare's opening line, or nested brackets."""
+    T = cell["seq_len"]
+    if cell["task"] == "shakespeare":
+        from isingattn.models.query_model import encode_text
+
+        return encode_text(SAMPLE_TEXT["shakespeare"][:T], chars)[None]
+    k = len(chars) // 2  # opens 0..k-1, closes k..2k-1: "([{" then their closers, innermost first
+    opens = [i % k for i in range(T // 2)]
+    return np.array([opens + [k + o for o in reversed(opens)]], np.int32)
+
+
+def _attention_maps(cells, root):
+    """Head-0 attention weights of seed 0 of every variant on a fixed input, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from isingattn.models.saved import load_transformer
+
+    paths = []
+    for c in cells:
+        cks = {v: os.path.join(c["folder"], f"ckpt-{v}-s0.npz") for v in c["results"]}
+        cks = {v: p for v, p in cks.items() if os.path.exists(p)}
+        if not cks:
+            continue
+        fig, axes = plt.subplots(1, len(cks), figsize=(3.2 * len(cks), 3.2), squeeze=False)
+        for ax, (v, ck) in zip(axes[0], cks.items()):
+            model, meta = load_transformer(ck)
+            tokens = _sample_tokens(c, meta["chars"])
+            _, w = model(tokens, key=jax.random.PRNGKey(0), return_weights=True)  # (1, H, T, T)
+            ax.imshow(np.asarray(w)[0, 0], cmap="viridis", vmin=0, vmax=1)
+            labels = [meta["chars"][t] for t in tokens[0]]
+            ax.set_xticks(range(len(labels)), labels, fontsize=7)
+            ax.set_yticks(range(len(labels)), labels, fontsize=7)
+            ax.set(title=v, xlabel="key", ylabel="query")
+        fig.suptitle(f"attention, {os.path.basename(c['folder'])} (seed 0, head 0)", fontsize=9)
+        fig.tight_layout()
+        p = os.path.join(c["folder"], "attention.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(os.path.relpath(p, root))
+    return paths
+
+
+def _export_models(cells):
+    """A model-only copy of seed 0's hJ checkpoint (small; ``isingattn analyze`` reads it)."""
+    from isingattn.models.saved import load_transformer
+
+    for c in cells:
+        ck = os.path.join(c["folder"], "ckpt-hJ-s0.npz")
+        if os.path.exists(ck):
+            model, meta = load_transformer(ck)
+            checkpoint.save(os.path.join(c["folder"], "model-hJ-s0.npz"), model, meta)
+
+
 def write_report(root: str) -> str:
     """Write ``root/README.md``, ``root/<part>.csv`` and the plots; returns the markdown."""
     cells = _load_cells(root)
@@ -214,6 +275,11 @@ def write_report(root: str) -> str:
             md.append(f"| {name} | " + " | ".join(f"{x:+.3f}" for x in m) + " |\n")
         md.append(f"\nPlot: `{os.path.basename(p)}`. Heatmaps: " + ", ".join(f"`{h}`" for h in _heatmaps(cells, root))
                   + "\n")
+    maps = _attention_maps(cells, root)
+    if maps:
+        md.append("\nAttention maps (seed 0, head 0, every variant on a fixed input): "
+                  + ", ".join(f"`{m}`" for m in maps) + "\n")
+    _export_models(cells)
     text = "".join(md)
     with open(os.path.join(root, "README.md"), "w") as f:
         f.write(text)
