@@ -29,7 +29,7 @@ its backward pass (under ``jax.checkpoint``, so gradients need no more), i.e.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import ClassVar, Optional
 
 import equinox as eqx
 import jax
@@ -84,6 +84,7 @@ class Banded(Engine):
         corr: also return ``⟨s_j s_k⟩``.
     """
 
+    exact: ClassVar[bool] = True
     bandwidth: int = eqx.field(static=True, default=8)
     corr: bool = eqx.field(static=True, default=False)
 
