@@ -163,23 +163,34 @@ def _update_block(G, t, s, J_in):
     return jnp.stack(new)
 
 
-def _systematic_sweep(t, s, h, J):
-    """The systematic scan ``0..n-1`` of :func:`sweep_with_thresholds`, ``SWEEP_BLOCK``
-    spins at a time: per block, one GEMM gives the block's fields from the CURRENT
-    spins (recomputed exactly, so no rounding drift builds up), then
-    :func:`_update_block`. Spin-major layout ``[n, ...]``: a block's rows are
-    contiguous over every chain and model.
+def _spin_major(h, J, r: int, chains_last: bool = False):
+    """``h``, ``J`` for :func:`_systematic_sweep_t`, for spins ``[n, *batch]`` with ``r``
+    batch axes (``[n, *batch, C]`` with ``chains_last``): ``h_t [n, *batch']`` and
+    ``J_t`` ``[n, n]`` when one ``J`` serves every chain and model (block fields are
+    then plain GEMMs), else ``[n, n, *batch']``; size 1 where shared."""
+    n = J.shape[-1]
+    h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
+    h_t = jnp.moveaxis(h, -1, 0)
+    if all(d == 1 for d in J.shape[:-2]):
+        J_t = J.reshape(n, n)
+    else:
+        J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)
+        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))
+        J_t = J_t[..., None] if chains_last else J_t
+    return (h_t[..., None] if chains_last else h_t), J_t
 
-    t, s: ``[..., n]``; h: ``[..., n]`` and J: ``[..., n, n]`` with batch axes aligned
-    to the spins' (same rank, size 1 where shared)."""
-    n = s.shape[-1]
+
+def _systematic_sweep_t(t_t, s_t, h_t, J_t):
+    """The systematic scan ``0..n-1``, ``SWEEP_BLOCK`` spins at a time, in spin-major
+    layout: ``t_t, s_t [n, ...]`` (thresholds, spins; chains and models trailing, so a
+    block's rows are contiguous over all of them), ``h_t, J_t`` from :func:`_spin_major`.
+
+    Per block, one GEMM gives the block's fields from the CURRENT spins (recomputed
+    exactly, so no rounding drift builds up), then :func:`_update_block`. Returns the
+    new spins ``[n, ...]``."""
+    n = s_t.shape[0]
     b = min(SWEEP_BLOCK, n)
     K, rem = divmod(n, b)
-    s_t, t_t, h_t = (jnp.moveaxis(x, -1, 0) for x in (s, t, h))  # [n, ...]
-    if all(d == 1 for d in J.shape[:-2]):
-        J_t = J.reshape(n, n)  # shared by every chain and model: the block fields are GEMMs
-    else:
-        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [n (row), n, ...]
     split = lambda x: x[: K * b].reshape((K, b) + x.shape[1:])  # leading axis: block
     J_in = jnp.stack([J_t[k * b : (k + 1) * b, k * b : (k + 1) * b] for k in range(K)])  # [K, b, b, ...]
 
@@ -194,7 +205,7 @@ def _systematic_sweep(t, s, h, J):
         G = local_field_rows(h_t[K * b :], J_t[K * b :], s_t)
         tail = _update_block(G, t_t[K * b :], s_t[K * b :], J_t[K * b :, K * b :])
         s_t = lax.dynamic_update_slice_in_dim(s_t, tail, K * b, axis=0)
-    return jnp.moveaxis(s_t, 0, -1)
+    return s_t
 
 
 def sweep_thresholds(key, shape, dtype, beta):
@@ -237,8 +248,8 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
     h = jnp.asarray(h, dtype)
 
     if classes is None:
-        h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
-        new = _systematic_sweep(t, s, h, J)
+        h_t, J_t = _spin_major(h, J, r)
+        new = jnp.moveaxis(_systematic_sweep_t(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h_t, J_t), 0, -1)
     else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
         field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
         # Spin-major layout [n, ...]: a class's fields, thresholds and coupling rows
@@ -463,8 +474,10 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     kept (``num_samples // thin`` draws). Chain ``c`` uses exactly the keys and
     noise of ``IsingGibbsKernel`` run as chain ``c`` of a vectorized ``MCMC``.
 
-    The chains are a leading batch axis of one state ``[C, *shape]`` (not a ``vmap``):
-    each block of the systematic scan is then one GEMM over every chain and model.
+    The chains are a batch axis of one state (not a ``vmap``), so each block of the
+    systematic scan is one GEMM over every chain and model; that scan keeps the whole
+    run in spin-major layout ``[n, *batch, C]``, in which the noise is also drawn (no
+    transposes per sweep).
 
     Args:
         shape: ``(*batch, n)``, the spin shape of one chain.
@@ -478,42 +491,52 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     dtype = h.dtype
     C = num_chains
     shape = tuple(shape)
+    r = len(shape)  # batch axes of the state [C, *batch, n]: chains and models
+
+    if classes is None:  # spin-major, chains last: [n, *batch, C]
+        fwd = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # [C, *batch, n] -> [n, *batch, C]
+        bwd = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))
+        h_t, J_t = _spin_major(jnp.asarray(h, dtype), jnp.asarray(J, dtype), r - 1, chains_last=True)
+        step = lambda t, s: _systematic_sweep_t(t, s, h_t, J_t)
+        # batched keys give [*batch, n, C]: chains already last, so only n moves
+        noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -2, 0)
+    else:
+        fwd = bwd = lambda x: x
+        step = lambda t, s: sweep_with_thresholds(t, GibbsState(s), h, J, classes)[0].spins
+        noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -1, 0)  # [C, *shape]
 
     state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, C))
-    draws = jnp.zeros((C, D) + shape, dtype)
-    rate = jnp.zeros((C,) + shape[:-1], dtype)
+    s = fwd(state.spins)
+    draws = jnp.zeros((D,) + s.shape, dtype)
+    flips = jnp.zeros(s.shape, dtype)  # |s' - s| summed over the kept sweeps; reduced once at the end
 
     # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
     # and are overwritten later, as are the first thin-1 sweeps of every block.
     def sweep(t, carry, thresholds):
-        state, draws, rate = carry
-        state, info = sweep_with_thresholds(thresholds, state, h, J, classes)
-        d = jnp.clip((t - burn) // thin, 0, D - 1)
-        draws = lax.dynamic_update_index_in_dim(draws, state.spins, d, 1)
-        rate = rate + jnp.where(t >= burn, info.flip_rate, 0)
-        return state, draws, rate
+        s, draws, flips = carry
+        new = step(thresholds, s)
+        draws = lax.dynamic_update_index_in_dim(draws, new, jnp.clip((t - burn) // thin, 0, D - 1), 0)
+        flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
+        return new, draws, flips
 
     # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
     # from the keys _chain_step splits. One loop over chunks, an inner one over the
     # sweeps of a chunk (the last chunk may be partial: a dynamic trip count).
     L = min(NOISE_CHUNK, total)
-    split = jax.vmap(jax.random.split)  # [C] keys -> [C, 2]
 
     def chunk(c, carry):
-        state, k, draws, rate = carry
-
-        def next_key(k, _):
-            k2 = split(k)
-            return k2[:, 0], k2[:, 1]
-
-        k, keys = lax.scan(next_key, k, None, length=L)  # [L, C]
-        noise = jax.vmap(jax.vmap(lambda kk: sweep_thresholds(kk, shape, dtype, beta)))(keys)  # [L, C, *shape]
+        s, k, draws, flips = carry
+        # raw key data [C, 2]; prng.split is jax.random.split bit for bit, fused
+        k, keys = lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # keys [L, C, 2]
+        noise = jax.vmap(noise_of)(keys)  # [L, *state layout]
         inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
-        state, draws, rate = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (state, draws, rate))
-        return state, k, draws, rate
+        s, draws, flips = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (s, draws, flips))
+        return s, k, draws, flips
 
-    _, _, draws, rate = lax.fori_loop(0, -(-total // L), chunk, (state, k, draws, rate))
-    return draws, rate / (D * thin)
+    _, _, draws, flips = lax.fori_loop(0, -(-total // L), chunk, (s, jax.random.key_data(k), draws, flips))
+    draws = jnp.moveaxis(jax.vmap(bwd)(draws), 0, 1)  # [C, D, *batch, n]
+    active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
+    return draws, 0.5 * bwd(flips).sum(-1) / active_count / (D * thin)
 
 
 # ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["threefry2x32", "random_bits", "uniform", "logistic"]
+__all__ = ["threefry2x32", "split", "random_bits", "uniform", "logistic"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
@@ -64,18 +64,42 @@ def _key_words(key):
     return kd[..., 0], kd[..., 1]
 
 
+def split(key_data):
+    """``jax.random.split(key)`` (two keys) on raw key data ``uint32[..., 2]``, bit for
+    bit, as one fused elementwise computation (batched keys welcome).
+
+    Returns ``(first, second)``, each ``uint32[..., 2]``: what ``split(key)[0]`` and
+    ``split(key)[1]`` hold. Uses jax's partitionable split (counters ``(0, 0)`` and
+    ``(0, 1)``); with ``jax_threefry_partitionable`` off it defers to
+    ``jax.random.split``, so results always equal jax's."""
+    if not jax.config.jax_threefry_partitionable:
+        keys = jax.vmap(jax.random.split)(key_data.reshape(-1, 2)).reshape(key_data.shape[:-1] + (2, 2))
+        return keys[..., 0, :], keys[..., 1, :]
+    k0, k1 = key_data[..., 0], key_data[..., 1]
+    zero = jnp.zeros_like(k0)
+    a = threefry2x32(k0, k1, zero, zero)
+    b = threefry2x32(k0, k1, zero, zero + np.uint32(1))
+    return jnp.stack(a, -1), jnp.stack(b, -1)
+
+
 def random_bits(key, num_blocks: int):
-    """``(y0, y1)``: the two ``uint32[num_blocks]`` words of blocks ``0..num_blocks-1``
-    of one key (counter ``(j, 0)`` for block ``j``)."""
+    """``(y0, y1)``: the two ``uint32`` words of blocks ``0..num_blocks-1`` of a key
+    (counter ``(j, 0)`` for block ``j``), ``[num_blocks, *key_batch]``: a batch of
+    keys (key data ``[*key_batch, 2]``) is a trailing axis, as in :func:`uniform`."""
     k0, k1 = _key_words(key)
-    j = lax.iota(jnp.uint32, num_blocks)
+    j = lax.iota(jnp.uint32, num_blocks).reshape((num_blocks,) + (1,) * k0.ndim)
     return threefry2x32(k0, k1, j, jnp.zeros_like(j))
 
 
 def uniform(key, shape, dtype=jnp.float32):
     """Uniform numbers on ``[0, 1)`` of ``shape``: 23 random mantissa bits for float32
     (two numbers per block), 52 for float64 (one number per block); other float dtypes
-    are rounded from float32."""
+    are rounded from float32.
+
+    ``key`` may be a batch of keys (raw key data ``[*B, 2]`` or typed keys ``[*B]``);
+    the result is then ``[*shape, *B]``, key axes LAST (contiguous: the layout a
+    sampler with chains on the trailing axis wants), and ``[..., b]`` equals
+    ``uniform(key[b], shape)`` exactly."""
     shape = tuple(int(d) for d in shape)
     m = math.prod(shape)
     dtype = jnp.dtype(dtype)
@@ -83,17 +107,19 @@ def uniform(key, shape, dtype=jnp.float32):
         hi, lo = random_bits(key, m)
         bits = (hi.astype(jnp.uint64) << np.uint64(20)) | (lo >> np.uint32(12)).astype(jnp.uint64)  # 32 + 20 bits
         bits = bits | np.uint64(0x3FF0000000000000)
-        return (lax.bitcast_convert_type(bits, jnp.float64) - 1.0).reshape(shape)
+        u = lax.bitcast_convert_type(bits, jnp.float64) - 1.0
+        return u.reshape(shape + u.shape[1:])
     half = -(-m // 2)
     y0, y1 = random_bits(key, half)
     bits = jnp.concatenate([y0, y1])[:m]
     u = lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - 1.0
-    return u.reshape(shape).astype(dtype)
+    return u.reshape(shape + u.shape[1:]).astype(dtype)
 
 
 def logistic(key, shape, dtype=jnp.float32):
     """Standard logistic noise ``L = log(u / (1 - u))`` (``u`` from :func:`uniform`;
-    ``-inf`` when ``u = 0``). ``u < sigmoid(x)`` is the same event as ``x > L``, so a
-    heat-bath update becomes a comparison, with no transcendental in the sweep."""
+    ``-inf`` when ``u = 0``), same shapes and key batching as :func:`uniform`.
+    ``u < sigmoid(x)`` is the same event as ``x > L``, so a heat-bath update becomes a
+    comparison, with no transcendental in the sweep."""
     u = uniform(key, shape, dtype)
     return jnp.log(u / (1 - u))

@@ -44,3 +44,15 @@ def test_same_key_same_numbers_and_batched_keys_differ():
     many = jax.vmap(lambda kk: prng.uniform(kk, (33,)))(jax.random.split(k, 4))
     assert len({tuple(np.asarray(r)) for r in many}) == 4
     assert len(set(np.asarray(a))) == 33  # odd sizes use both words of the last block but one
+
+
+def test_split_equals_jax_and_batched_keys_are_a_trailing_axis():
+    keys = jax.random.split(jax.random.PRNGKey(5), 7)  # raw uint32 [7, 2]
+    a, b = prng.split(keys)
+    ref = jax.vmap(jax.random.split)(keys)
+    np.testing.assert_array_equal(a, ref[:, 0])
+    np.testing.assert_array_equal(b, ref[:, 1])
+    for dtype in (np.float32, np.float64):
+        batched = prng.logistic(keys, (3, 5), dtype)  # [3, 5, 7]: key axis last
+        one_by_one = jax.vmap(lambda k: prng.logistic(k, (3, 5), dtype))(keys)
+        np.testing.assert_array_equal(np.moveaxis(np.asarray(batched), -1, 0), one_by_one)
