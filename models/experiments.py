@@ -72,8 +72,8 @@ def grid(quick: bool = False) -> list[Cell]:
     """The full grid of issue 4, or a small one that finishes in minutes on 2 CPU cores."""
     if quick:
         return [Cell("shakespeare", "shakespeare", 8, seeds=1, steps=300, eval_every=100),
-                Cell("brackets", "brackets", 8, seeds=1, steps=300, eval_every=100),
-                Cell("annealing", "brackets", 8, variants=("hJ",), seeds=1, steps=100, eval_every=100, engine="gibbs",
+                Cell("brackets", "brackets", 8, seeds=1, steps=200, eval_every=100),
+                Cell("annealing", "brackets", 8, variants=("hJ",), seeds=1, steps=200, eval_every=100, engine="gibbs",
                      engine_kw=(("num_samples", 64), ("num_warmup", 32)))]
     cells = [Cell("shakespeare", "shakespeare", T, seeds=3, steps=2000) for T in (4, 8, 12, 16)]
     cells += [Cell("brackets", "brackets", T, seeds=5, ffn=ffn) for T in (8, 12, 16, 20) for ffn in (True, False)]
