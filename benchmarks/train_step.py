@@ -1,0 +1,129 @@
+"""One training step (forward + backward + AdamW) of the one-layer Transformer, softmax
+against hJ attention with the Exact and Banded engines, side by side.
+
+Each configuration runs in its own subprocess, so its peak memory (``ru_maxrss`` of that
+process: parameters, compiled code, activations and the engine's buffers) is its own.
+Times are after compile, median (and best) of ``--steps`` steps, float32, d_model 64,
+1 head, FFN on, bracket-sized vocabulary; the batch is ``--batch`` unless a row says
+otherwise (``--batch-banded`` for hJ+Banded at T=256, whose step is long on a CPU).
+
+Targets: hJ+Exact at T=24 ≤ 2 s/step; hJ+Banded(8) at T=256 ≤ 5x softmax at T=256.
+
+Run:  python benchmarks/train_step.py                    (several minutes on 2 CPU cores)
+      python benchmarks/train_step.py --only softmax-16 hJ-exact-16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = {  # name -> (T, Config overrides)
+    "softmax-16": (16, dict(variant="softmax")),
+    "hJ-exact-16": (16, dict(variant="hJ")),
+    "hJ-exact-24": (24, dict(variant="hJ")),
+    "softmax-256": (256, dict(variant="softmax")),
+    "hJ-banded8-256": (256, dict(variant="hJ", J_param="banded", J_band=8, engine="banded8")),
+}
+
+
+def child(name: str, batch: int, steps: int) -> dict:
+    """Measure one configuration in this process."""
+    import resource
+
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from isingattn.inference import Banded
+    from isingattn.models import Config, Transformer
+    from isingattn.models.train import TrainConfig, _optimizer, _step_fn
+
+    T, kw = CONFIGS[name]
+    kw = dict(kw)
+    if kw.get("engine") == "banded8":
+        kw["engine"] = Banded(bandwidth=8)
+    cfg = Config(vocab_size=6, seq_len=T, n_out=T, **kw)
+    model = Transformer(cfg, key=jax.random.PRNGKey(0))
+    tc = TrainConfig(steps=steps + 1)
+    opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
+    step = _step_fn(tc)
+    keys = jax.random.split(jax.random.PRNGKey(1), 2)
+    toks = jax.random.randint(keys[0], (batch, T), 0, 6)
+    tgt = jax.random.randint(keys[1], (batch, T), 0, T)
+    t = time.perf_counter()
+    model, opt_state, loss = jax.block_until_ready(step(model, opt_state, toks, tgt, keys[0]))
+    compile_s = time.perf_counter() - t
+    times = []
+    for i in range(steps):
+        t = time.perf_counter()
+        model, opt_state, loss = jax.block_until_ready(step(model, opt_state, toks, tgt, keys[0]))
+        times.append(time.perf_counter() - t)
+    return dict(name=name, T=T, batch=batch, compile_s=compile_s, median_s=statistics.median(times), best_s=min(times),
+                peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, loss=float(loss))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch-banded", type=int, default=64, help="batch for hJ-banded8-256")
+    p.add_argument("--steps", type=int, default=5, help="timed steps after compile")
+    p.add_argument("--steps-banded", type=int, default=2, help="timed steps for hJ-banded8-256")
+    p.add_argument("--only", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        banded = args.child == "hJ-banded8-256"
+        print(json.dumps(child(args.child, args.batch_banded if banded else args.batch,
+                               args.steps_banded if banded else args.steps)))
+        return 0
+    import jax
+
+    print(f"Training step, one layer (d_model 64, 1 head, FFN), float32; jax {jax.__version__}, "
+          f"{jax.default_backend()}, os.cpu_count() = {os.cpu_count()}, 1-min load average {os.getloadavg()[0]:.2f}")
+    res = {}
+    for name in args.only:
+        cmd = [sys.executable, __file__, "--child", name, "--batch", str(args.batch), "--batch-banded",
+               str(args.batch_banded), "--steps", str(args.steps), "--steps-banded", str(args.steps_banded)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            print(f"{name}: failed\n{out.stderr[-2000:]}")
+            continue
+        res[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        r = res[name]
+        print(f"  done {name}: {r['median_s']:.3f} s/step", file=sys.stderr, flush=True)
+    print(f"(load average at end {os.getloadavg()[0]:.2f})\n")
+    base = {16: res.get("softmax-16"), 24: res.get("softmax-16"), 256: res.get("softmax-256")}
+    hdr = ("config", "T", "batch", "step (median)", "best", "compile", "peak RSS", "vs softmax same T")
+    rows = []
+    for name, r in res.items():
+        b = base[r["T"]] if r["T"] != 24 else None
+        ratio = "-" if b is None or b is r else f"{r['median_s'] / b['median_s'] * b['batch'] / r['batch']:.1f}x"
+        if b is not None and b is not r and b["batch"] != r["batch"]:
+            ratio += f" (per sequence; batch {r['batch']} vs {b['batch']})"
+        rows.append((name, str(r["T"]), str(r["batch"]), f"{r['median_s']:.3f} s", f"{r['best_s']:.3f} s",
+                     f"{r['compile_s']:.1f} s", f"{r['peak_mib']:,.0f} MiB", ratio))
+    widths = [max(len(x[i]) for x in rows + [hdr]) for i in range(len(hdr))]
+    line = lambda x: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
+    print(line(hdr))
+    print("  ".join("-" * w for w in widths))
+    for x in rows:
+        print(line(x))
+    print("\nTargets:")
+    if "hJ-exact-24" in res:
+        t = res["hJ-exact-24"]["median_s"]
+        print(f"  hJ+Exact T=24 step <= 2 s: got {t:.2f} s  {'PASS' if t <= 2 else 'MISS'}")
+    if "hJ-banded8-256" in res and "softmax-256" in res:
+        r, b = res["hJ-banded8-256"], res["softmax-256"]
+        ratio = r["median_s"] / b["median_s"] * b["batch"] / r["batch"]
+        print(f"  hJ+Banded(8) T=256 <= 5x softmax (per sequence): got {ratio:.0f}x  {'PASS' if ratio <= 5 else 'MISS'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
