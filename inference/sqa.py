@@ -17,11 +17,15 @@ Moves (one *sweep* visits every spin ``i = 0..n-1`` once):
   accepted with ``exp(-(β/P) Σ_k ΔE_k(i))``. It is the only move that still works when
   ``Γ → 0`` (``K → ∞`` locks the replicas together).
 
-The local fields are updated incrementally, once per spin after all its moves
-(``F^k += (s_i^k,new - s_i^k,old) J[i]``; ``F_i`` does not depend on ``s_i`` because
-``J_ii = 0``), so a sweep costs ``O(P n²)`` per read and model, and they are
-recomputed exactly by one GEMM every ``FIELD_REFRESH`` sweeps so that float32 round-off
-cannot accumulate.
+How a sweep is computed: spin-major layout ``[n, P, reads, ...]``, ``SWEEP_BLOCK`` spins
+at a time. One GEMM gives a block's local fields in every replica from the CURRENT
+spins (exact, so no rounding drift builds up over sweeps), then one elementwise fusion
+makes all the moves of the block's spins in order (the couplings inside the block are
+applied as each spin changes; replicas are unrolled into rows, so the ring and the
+global move's sum are index arithmetic). The Metropolis noise of a whole sweep is
+drawn at once as ``-log u`` (:mod:`isingattn.prng`): a move is accepted iff
+``ΔS < -log u``. A sweep costs ``O(P n²)`` per read and model, in ``n / SWEEP_BLOCK``
+GEMMs and fusions instead of ``n`` rank-1 updates of every replica's fields.
 
 Schedules lower ``Γ`` at fixed ``β`` over ``num_sweeps`` sweeps
 (:func:`gamma_values`): ``("linear", Γ_max, Γ_min)`` steps ``Γ`` by equal differences,
@@ -45,9 +49,8 @@ Modes:
 
 Where it becomes slow: cost is ``num_reads · P · n² · num_sweeps`` per model (dense
 couplings; sparsity is not exploited), plus ``num_reads · n² · thermal_sweeps``.
-Measured (benchmarks/sqa_groundstate.py, 2 shared CPU cores, float32): dense n = 64,
-P = 8, 64 reads: 9.4 M single-spin proposals/s (openjij's C++ SQASampler: 5.5 M/s in the
-same run); compilation takes a few seconds per shape and configuration.
+Measured against openjij's C++ SQASampler (one thread) in benchmarks/sqa_groundstate.py
+(see benchmarks/README.md); compilation takes a few seconds per shape and configuration.
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from isingattn.energy import energy
+from isingattn import prng
+from isingattn.energy import energy, local_field_rows
+from isingattn.energy import local_field as energy_local_field
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
@@ -72,7 +77,8 @@ from isingattn.model import IsingModel
 
 MODES = ("anneal", "thermal")
 SCHEDULES = ("linear", "geometric")
-FIELD_REFRESH = 32  # sweeps between exact recomputations of the incremental local fields
+# Spins per block of a sweep (see _sweep_t); as in inference/gibbs.py.
+SWEEP_BLOCK = 4
 PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 RHAT_THRESHOLD = 1.1  # split R-hat of the tail energy above which thermal samples are flagged
 
@@ -115,18 +121,12 @@ def trotter_coupling(beta, gamma, P: int):
 
 def local_field(spins, h, J):
     """``F = h + J s`` for spins ``[..., P, n]``; h ``[..., n]``, J ``[..., n, n]`` broadcast."""
-    return h[..., None, :] + spins @ J  # J symmetric: (J s)_j = (s J)_j; batch dims broadcast
+    return energy_local_field(h[..., None, :], J[..., None, :, :], spins)
 
 
 def sqa_init(spins, h, J) -> SQAState:
     """State from spins ``[..., P, n]`` (a single classical configuration: ``P = 1``)."""
     return SQAState(spins=spins, field=local_field(spins, h, J))
-
-
-def _uniform(key, shape, dtype):
-    """``jax.random.uniform`` drawn flat and reshaped: XLA:CPU compiles partitionable
-    threefry over a multi-dimensional shape several times slower than over a flat one."""
-    return jax.random.uniform(key, (int(np.prod(shape)),), dtype).reshape(shape)
 
 
 def _ring_colours(P: int):
@@ -140,6 +140,100 @@ def _ring_colours(P: int):
     return [(k % 2 == 0) & ~last, k % 2 == 1, last]
 
 
+def _spin_major(h, J, r: int):
+    """``h_t [n, 1, *batch]`` and ``J_t`` (``[n, n]`` when one J serves every read and
+    model, else ``[n, n, 1, *batch]``) for spins ``[n, P, *batch]`` with ``r`` batch axes."""
+    n = J.shape[-1]
+    h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
+    h_t = jnp.moveaxis(h, -1, 0)[:, None]
+    if all(d == 1 for d in J.shape[:-2]):
+        return h_t, J.reshape(n, n)
+    J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)
+    return h_t, jnp.moveaxis(J, (-2, -1), (0, 1))[:, :, None]
+
+
+def _update_spins(G, s, E1, Eg, J_in, bp, K, P: int, global_moves: bool):
+    """All moves of ``b`` consecutive spins, in order (spin-major, spins on axis 0,
+    replicas on axis 1): for each spin, the single-spin Metropolis moves of every
+    replica (one ring colour at a time) and then the global move.
+
+    G: ``[b, P, ...]`` the spins' local fields with the block's OLD spins; s: old
+    spins ``[b, P, ...]`` (0 = inactive: every move leaves it 0); E1 ``[b, P, ...]``,
+    Eg ``[b, ...]``: exponential noise ``-log u`` (a move with action change ``ΔS`` is
+    accepted iff ``ΔS < E``, i.e. ``u < exp(-ΔS)``); J_in ``[b, b, ...]`` couplings
+    inside the block. Returns the new spins and the counts of accepted single-spin
+    moves ``[P, ...]`` and of global moves ``[...]``.
+
+    Spin ``i`` sees the spins ``j < i`` of the block already moved:
+    ``F_i = G_i + Σ_{j<i} J_ij (s_j' - s_j)`` (``F_i`` does not depend on ``s_i``).
+    Replicas are unrolled into ``P`` rows (the ring is static index arithmetic and the
+    global move a sum of rows), so the block is elementwise over reads and models: no
+    reduction for XLA to fuse (and recompute) inside it, which measured 10x slower.
+    """
+    colours = [np.flatnonzero(c) for c in _ring_colours(P)]
+    new, d = [], []
+    acc_s = [jnp.zeros(s.shape[2:], s.dtype) for _ in range(P)]
+    acc_g = jnp.zeros(s.shape[2:], s.dtype)
+    for i in range(G.shape[0]):
+        f = G[i]
+        for j in range(i):
+            f = f + J_in[i, j] * d[j]
+        f = [f[k] for k in range(P)]
+        x = [s[i, k] for k in range(P)]
+        for c in colours:  # replicas of one colour do not neighbour each other: simultaneous moves
+            for k in c:
+                dS = 2.0 * bp * x[k] * f[k]
+                if P > 1:
+                    nb = x[k - 1] + x[(k + 1) % P]
+                    # nb == 0 when the neighbours disagree: no ring cost, and no inf*0 at Γ = 0
+                    dS = dS + jnp.where(nb == 0, 0.0, 2.0 * K * x[k] * nb)
+                acc = dS < E1[i, k]
+                x[k] = jnp.where(acc, -x[k], x[k])
+                acc_s[k] = acc_s[k] + acc.astype(s.dtype)
+        if global_moves:
+            accg = 2.0 * bp * sum(x[k] * f[k] for k in range(P)) < Eg[i]  # the ring term is invariant
+            x = [jnp.where(accg, -x[k], x[k]) for k in range(P)]
+            acc_g = acc_g + accg.astype(s.dtype)
+        new.append(jnp.stack(x))
+        d.append(new[i] - s[i])
+    return jnp.stack(new), jnp.stack(acc_s), acc_g
+
+
+def _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves: bool):
+    """One sweep in spin-major layout: ``s_t, E1 [n, P, ...]``, ``Eg [n, ...]``, ``h_t``,
+    ``J_t`` from :func:`_spin_major`. ``SWEEP_BLOCK`` spins at a time: one GEMM gives a
+    block's fields from the CURRENT spins (exact: no rounding drift), then
+    :func:`_update_spins`. Returns ``(s_t, acc_s [P, ...], acc_g [...])``."""
+    n, P = s_t.shape[:2]
+    b = min(SWEEP_BLOCK, n)
+    nb, rem = divmod(n, b)
+    split = lambda x: x[: nb * b].reshape((nb, b) + x.shape[1:])  # leading axis: block
+    J_in = jnp.stack([J_t[k * b : (k + 1) * b, k * b : (k + 1) * b] for k in range(nb)])
+    move = lambda G, s, e1, eg, jin: _update_spins(G, s, e1, eg, jin, bp, K, P, global_moves)
+
+    def block(carry, x):
+        s_t, acc_s, acc_g = carry
+        k, h_k, J_k, Jin_k, e1, eg = x
+        G = local_field_rows(h_k, J_k, s_t)  # [b, P, ...]
+        new, a_s, a_g = move(G, lax.dynamic_slice_in_dim(s_t, k * b, b, axis=0), e1, eg, Jin_k)
+        return (lax.dynamic_update_slice_in_dim(s_t, new, k * b, axis=0), acc_s + a_s, acc_g + a_g), None
+
+    zero = jnp.zeros(s_t.shape[1:], s_t.dtype)
+    (s_t, acc_s, acc_g), _ = lax.scan(block, (s_t, zero, zero[0]),
+                                      (jnp.arange(nb), split(h_t), split(J_t), J_in, split(E1), split(Eg)))
+    if rem:  # the last n % b spins: one more, smaller block
+        G = local_field_rows(h_t[nb * b :], J_t[nb * b :], s_t)
+        tail, a_s, a_g = move(G, s_t[nb * b :], E1[nb * b :], Eg[nb * b :], J_t[nb * b :, nb * b :])
+        s_t = lax.dynamic_update_slice_in_dim(s_t, tail, nb * b, axis=0)
+        acc_s, acc_g = acc_s + a_s, acc_g + a_g
+    return s_t, acc_s, acc_g
+
+
+def _exp_noise(key, shape, dtype):
+    """``-log u``, exponential noise of the Metropolis tests (isingattn.prng: fused Threefry)."""
+    return -jnp.log(prng.uniform(key, shape, dtype))
+
+
 def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True):
     """One sweep of the path-integral Metropolis kernel.
 
@@ -148,64 +242,41 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
             draws its own uniform from it).
         state: :class:`SQAState` with spins and fields ``[..., P, n]``.
         h: fields ``[..., n]``; J: symmetric zero-diagonal couplings ``[..., n, n]``
-            (both broadcast against the state's batch). ``h`` is carried in
-            ``state.field``; it is taken for the API's symmetry with :func:`sqa_init`.
+            (both broadcast against the state's batch).
         beta: inverse temperature (scalar); gamma: transverse field Γ ≥ 0 (scalar).
         P: Trotter number; must equal ``state.spins.shape[-2]`` (inferred when None).
             ``P = 1`` is plain classical Metropolis at β (no ring).
         global_moves: also propose flipping spin ``i`` in every replica.
 
     Returns:
-        ``(new_state, SQAInfo)``. Pure: the same key gives the same result.
+        ``(new_state, SQAInfo)``; the new state's fields are recomputed exactly from its
+        spins (the sweep itself does not read ``state.field``). Pure: the same key gives
+        the same result.
     """
-    del h  # the fields already contain it
-    spins, field = state
+    spins = state.spins
     n = spins.shape[-1]
     if P is None:
         P = spins.shape[-2]
     if spins.shape[-2] != P:
         raise IsingInputError(f"state has {spins.shape[-2]} replicas on axis -2 but P = {P}. Pass P = spins.shape[-2].")
-    dt = field.dtype
+    dt = spins.dtype
     batch = spins.shape[:-2]
-    bp = jnp.asarray(beta, dt) / P
-    K = trotter_coupling(jnp.asarray(beta, dt), jnp.asarray(gamma, dt), P)
-    colours = [jnp.asarray(c) for c in _ring_colours(P)]
+    bp, K = _ring_constants(beta, gamma, P, dt)
+    h_t, J_t = _spin_major(jnp.asarray(h, dt), jnp.asarray(J, dt), len(batch))
     k1, k2 = jax.random.split(key)
-    logu = jnp.log(_uniform(k1, (n,) + batch + (P,), dt))  # one proposal per (spin, replica)
-    logug = jnp.log(_uniform(k2, (n,) + batch, dt)) if global_moves else None
+    E1 = _exp_noise(k1, (n, P) + batch, dt)  # one proposal per (spin, replica)
+    Eg = _exp_noise(k2, (n,) + batch, dt)
+    s_t = jnp.moveaxis(spins, (-1, -2), (0, 1))  # [n, P, *batch]
+    s_t, acc_s, acc_g = _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves)
+    spins = jnp.moveaxis(s_t, (0, 1), (-1, -2))
+    info = SQAInfo(acceptance_single=acc_s.sum(0) / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
+    return sqa_init(spins, h, J), info
 
-    def step(carry, xs):
-        spins, field, acc_s, acc_g = carry
-        i, lu, lug = xs
-        s0 = lax.dynamic_index_in_dim(spins, i, axis=-1, keepdims=False)  # [..., P]
-        f = lax.dynamic_index_in_dim(field, i, axis=-1, keepdims=False)  # F_i^k, unchanged by s_i (J_ii = 0)
-        s = s0
-        for c in colours:
-            dS = bp * 2.0 * s * f
-            if P > 1:
-                nb = jnp.roll(s, 1, axis=-1) + jnp.roll(s, -1, axis=-1)
-                # nb == 0 when the neighbours disagree: no ring cost, and no inf*0 at Γ = 0
-                dS = dS + jnp.where(nb == 0, 0.0, 2.0 * K * s * nb)
-            acc = c & (lu < -dS)
-            s = jnp.where(acc, -s, s)
-            acc_s = acc_s + jnp.sum(acc, axis=-1).astype(dt)
-        if global_moves:
-            dSg = bp * 2.0 * jnp.sum(s * f, axis=-1)  # ring term invariant under a global flip
-            accg = lug < -dSg
-            s = jnp.where(accg[..., None], -s, s)
-            acc_g = acc_g + accg.astype(dt)
-        # one rank-1 update per spin, after all of its moves (layout [..., P, n] measured
-        # fastest on CPU against spin-major [n, ..., P])
-        Jrow = lax.dynamic_index_in_dim(J, i, axis=-2, keepdims=False)  # [..., n]
-        field = field + (s - s0)[..., None] * Jrow[..., None, :]
-        spins = lax.dynamic_update_index_in_dim(spins, s.astype(spins.dtype), i, axis=-1)
-        return (spins, field, acc_s, acc_g), None
 
-    zero = jnp.zeros(batch, dt)
-    xs = (jnp.arange(n), logu, logug if global_moves else jnp.zeros((n,) + batch, dt))
-    (spins, field, acc_s, acc_g), _ = lax.scan(step, (spins, field, zero, zero), xs)
-    info = SQAInfo(acceptance_single=acc_s / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
-    return SQAState(spins, field), info
+def _ring_constants(beta, gamma, P: int, dt):
+    """``(β/P, K)`` of the Trotter weight."""
+    beta = jnp.asarray(beta, dt)
+    return beta / P, trotter_coupling(beta, jnp.asarray(gamma, dt), P)
 
 
 # ---- schedules and the full run ---------------------------------------------------------------
@@ -297,25 +368,34 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     gammas = jnp.asarray(gamma_values(gamma_schedule, num_sweeps), dt)
     P = trotter
 
-    def run_sweeps(key, state, gammas, P, global_moves, trace_energy=False):
-        def body(state, xs):
-            t, g = xs
-            state = lax.cond(t % FIELD_REFRESH == 0, lambda st: sqa_init(st.spins, h, J), lambda st: st, state)
-            state, info = sqa_sweep(jax.random.fold_in(key, t), state, h, J, beta, g, P, global_moves=global_moves)
-            E = energy(h[..., None, :], J[..., None, :, :], state.spins) if trace_energy else None
-            return state, (info, E)
-
-        return lax.scan(body, state, (jnp.arange(gammas.shape[0]), gammas))
-
-    # Reads are a leading batch axis of the state [R, ..., P, n] (not a vmap): each sweep
-    # draws one flat block of uniforms for all reads, so reads use disjoint parts of the
-    # stream of fold_in(key, sweep); a vmapped threefry compiles several times slower.
     R = num_reads
+    # Reads are a batch axis of the state [R, *batch, P, n] (not a vmap); the loop runs in
+    # spin-major layout [n, P, R, *batch] and each sweep draws its noise for every spin,
+    # replica and read at once from fold_in(key, sweep), in that layout.
+    h_t, J_t = _spin_major(h, jnp.asarray(J, dt), 1 + len(batch))
+    to_t = lambda x: jnp.moveaxis(x, (-1, -2), (0, 1))
+    from_t = lambda x: jnp.moveaxis(x, (0, 1), (-1, -2))
+
+    def run_sweeps(key, s_t, gammas, P, global_moves, trace_energy=False):
+        shape = s_t.shape
+
+        def body(s_t, xs):
+            t, g = xs
+            bp, K = _ring_constants(beta, g, P, dt)
+            k1, k2 = jax.random.split(jax.random.fold_in(key, t))
+            E1 = _exp_noise(k1, shape, dt)
+            Eg = _exp_noise(k2, shape[:1] + shape[2:], dt) if global_moves else jnp.zeros(shape[:1] + shape[2:], dt)
+            s_t, acc_s, acc_g = _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves)
+            E = energy(h[..., None, :], J[..., None, :, :], from_t(s_t)) if trace_energy else None
+            return s_t, (acc_s.sum(0) / (n * P), acc_g / n, E)
+
+        return lax.scan(body, s_t, (jnp.arange(gammas.shape[0]), gammas))
+
     k_init, k_anneal, k_tail = jax.random.split(key, 3)
-    spins = jnp.where(_uniform(k_init, (R,) + batch + (P, n), dt) < 0.5, -1.0, 1.0).astype(dt)
-    state, (infos, _) = run_sweeps(k_anneal, sqa_init(spins, h, J), gammas, P, global_moves)
-    info = {"acceptance_single": infos.acceptance_single.mean((0, 1)),
-            "acceptance_global": infos.acceptance_global.mean((0, 1))}
+    spins = jnp.where(prng.uniform(k_init, (n, P, R) + batch, dt) < 0.5, -1.0, 1.0).astype(dt)
+    s_t, (acc_s, acc_g, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
+    state = SQAState(from_t(s_t), None)
+    info = {"acceptance_single": acc_s.mean((0, 1)), "acceptance_global": acc_g.mean((0, 1))}
     if mode == "anneal":
         E = energy(h[..., None, :], J[..., None, :, :], state.spins)  # [R, ..., P]
         best = jnp.argmin(E, axis=-1)  # the lowest-energy replica, as openjij's get_solution
@@ -325,8 +405,8 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
         # thermal: Γ -> 0 locks the ring; keep replica 0 and run classical sweeps at β
         s1 = state.spins[..., :1, :]
         if thermal_sweeps:
-            st, (_, Etrace) = run_sweeps(k_tail, sqa_init(s1, h, J), jnp.zeros((thermal_sweeps,), dt), 1, False, True)
-            s1 = st.spins
+            s1_t, (_, _, Etrace) = run_sweeps(k_tail, to_t(s1), jnp.zeros((thermal_sweeps,), dt), 1, False, True)
+            s1 = from_t(s1_t)
             rhat = _split_rhat(jnp.swapaxes(Etrace[..., 0], 0, 1))  # [T, R, ...] -> [R, T, ...]
         else:
             rhat = jnp.full(batch, jnp.nan, dt)
