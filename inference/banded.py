@@ -87,8 +87,11 @@ class Banded(Engine):
     exact: ClassVar[bool] = True
     bandwidth: int = eqx.field(static=True, default=8)
     corr: bool = eqx.field(static=True, default=False)
+    path: str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
+        if self.path not in ("auto", "sweep"):
+            raise IsingInputError(f'path must be "auto" (blocked GEMMs where they apply) or "sweep"; got {self.path!r}.')
         if not isinstance(self.bandwidth, (int, np.integer)) or not 1 <= self.bandwidth <= MAX_BANDWIDTH:
             raise IsingInputError(
                 f"bandwidth must be an integer in 1..{MAX_BANDWIDTH} (2^bandwidth states per spin); got {self.bandwidth!r}."
@@ -101,18 +104,29 @@ class Banded(Engine):
             dist = band_violation(J, w)
             if dist > w:
                 raise IsingInputError(_band_message(w, dist))
-        return _marginals(model, w, self.corr)
+        return _marginals(model, w, self.corr, self.path == "auto")
 
 
 @eqx.filter_jit
-def _marginals(model: IsingModel, w: int, want_corr: bool) -> Marginals:
+def _marginals(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> Marginals:
     h, J, beta = model.h, model.J, model.beta
     n = model.n
     J = eqx.error_if(J, band_violation(J, w) > w, _band_message(w))
     act = model.active()  # [..., n] bool or None
     user_mask = model.mask
     mean_fn = lambda hh: _forward_backward(hh, J, beta, act, user_mask, w)
-    mean, log_z, stable = mean_fn(h)
+    layout = _blocked_layout(h.shape, J.shape, w, model.causal, user_mask, want_corr) if blocked else None
+    if layout is not None:
+        mean, log_z, lost = _blocked(h, J, beta, w, model.causal, layout)
+        fail = lost > math.log(LOST_MASS_TOL)
+
+        def fix():  # the per-spin sweep (with its own log-space fallback) for the whole batch
+            m, lz, st = mean_fn(h)
+            return jnp.where(fail[..., None], m, mean), jnp.where(fail, lz, log_z), st & fail
+
+        mean, log_z, stable = lax.cond(jnp.any(fail), fix, lambda: (mean, log_z, jnp.zeros_like(fail)))
+    else:
+        mean, log_z, stable = mean_fn(h)
     corr = None
     if want_corr:
         # <s_j s_k> = (1/β) ∂m_j/∂h_k + m_j m_k (models are independent, so one jvp per
@@ -327,3 +341,208 @@ def _sweep(fwd, bwd, f0, b0, xs, block):
 
     _, ys = lax.scan(bwd_block, b0, (starts, blocks), reverse=True)
     return f_end, jax.tree.map(lambda y: y.reshape((n,) + y.shape[2:]), ys)
+
+
+# ---- blocked transfer matrices (the fast path) ------------------------------------------------
+
+BLOCK_MIN = 4  # spins per block at least (fewer GEMM steps for small w)
+BLOCK_MAX = 10  # 2^(2L) entries per block matrix
+MAX_BLOCKS = 128  # the block loop is unrolled
+
+
+def _block_len(n: int, w: int) -> int:
+    """Spins per block: ``L ≥ w`` so that only neighbouring blocks interact (``L = n`` if ``n ≤ w``)."""
+    return min(max(w, BLOCK_MIN), n)
+
+
+def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr: bool):
+    """Static check whether the blocked path applies; returns ``(lead, k)`` or None.
+
+    The batch is split into ``lead`` dims and ``k`` trailing "row" dims over which J is
+    shared (broadcast), so that one block step is a GEMM ``[rows, 2^L] @ [2^L, 2^L]``. Causal
+    models use the query axis as the row axis (J must not vary along it)."""
+    n = h_shape[-1]
+    if want_corr or user_mask is not None or n == 0:
+        return None
+    L = _block_len(n, w)
+    if L > BLOCK_MAX or -(-n // L) > MAX_BLOCKS:
+        return None
+    batch = tuple(np.broadcast_shapes(h_shape[:-1], J_shape[:-2]))
+    jb = (1,) * (len(batch) - (len(J_shape) - 2)) + tuple(J_shape[:-2])
+    if causal:
+        if not batch or batch[-1] != n or jb[-1] != 1:
+            return None
+        k = 1
+    else:
+        k = 0
+        while k < len(batch) and jb[len(batch) - 1 - k] == 1:
+            k += 1
+    return batch, jb, k
+
+
+def _blocked(h, J, beta, w: int, causal: bool, layout):
+    """Exact ``mean``, ``log_z`` and the underflow bound ``lost`` (as ``_scaled``) by forward–backward
+    over blocks of ``L ≥ w`` spins. Only neighbouring blocks interact, so with the block's
+    configuration ``x ∈ {±1}^L`` as the state
+
+        α_b = (α_{b-1} @ M_b) ⊙ d_b,   β_{b-1} = M_b @ (d_b ⊙ β_b),   P_b(x) ∝ α_b(x) β_b(x),
+
+    where ``M_b[x, y] = exp(β E_b(x, y))`` (the couplings of block b, inside it and to block b-1)
+    is shared by every query with that J and ``d_b(y) = exp(β h_b·y)`` is per query: a step is a
+    GEMM ``[queries, 2^L] @ [2^L, 2^L]`` (``O(2^L)`` flops per spin and state, at GEMM speed) and
+    autodiff through it is GEMMs too. Messages are rescaled to max 1 after every step.
+
+    Causal: query ``i`` sees spins ``0..i`` only. The loop over blocks is unrolled and block
+    ``b`` works on the queries ``i ≥ bL`` alone (half the work of full chains); a query's last
+    block uses ``M_b`` with the couplings of its inactive spins removed (one matrix per
+    prefix length ``r = 1..L``)."""
+    batch, jb, k = layout
+    sg = lax.stop_gradient
+    dt = h.dtype
+    n = h.shape[-1]
+    L = _block_len(n, w)
+    nS, nb = 2**L, -(-n // L)
+    N = nb * L
+    lead = batch[: len(batch) - k]
+    R = int(np.prod(batch[len(batch) - k:], dtype=np.int64))
+    hh = jnp.broadcast_to(h, batch + (n,)).reshape(lead + (R, n))
+    hh = jnp.pad(hh, [(0, 0)] * (hh.ndim - 1) + [(0, N - n)])
+    jl = jb[: len(lead)]
+    keep = [d != 1 for d in jl]
+    Jt = J.reshape(tuple(d for d in jl if d != 1) + (n, n))
+    letters = "abcdefghijklmnopqrstuv"[: len(lead)]
+    ml = "".join(c for c, kp in zip(letters, keep) if kp)
+    ein = lambda spec, *xs: jnp.einsum(spec.replace("A", letters).replace("M", ml), *xs)
+
+    # couplings of block b: C[b, t, u] between spin bL+t and spin bL-L+u (u < L: block b-1)
+    Jw = jnp.pad(_band(Jt, w), [(0, 0)] * (Jt.ndim - 2) + [(0, N - n), (0, 0)])  # [..J, N, w]
+    t = np.arange(L)[:, None]
+    u = np.arange(2 * L)[None, :]
+    kk = u - t - L + w  # window slot of spin bL-L+u seen from spin bL+t
+    ok = (kk >= 0) & (kk < w)
+    rows = np.arange(nb)[:, None, None] * L + t[None]
+    C = jnp.where(ok, Jw[..., rows, np.clip(kk, 0, w - 1)[None]], 0.0)  # [..J, nb, L, 2L]
+    Sp = spin_table(L, dt)  # [2^L, L]
+
+    def tables(Cm):  # [..., L, 2L] -> M [..., 2^L, 2^L] (entries ≤ 1), log of the scale taken out
+        inter = jnp.einsum("xu,...tu,yt->...xy", Sp, Cm[..., :L], Sp)
+        intra = jnp.einsum("yu,...tu,yt->...y", Sp, Cm[..., L:], Sp)
+        E = beta * (inter + intra[..., None, :])
+        shift = sg(jnp.max(E, axis=(-2, -1)))
+        return jnp.exp(E - shift[..., None, None]), shift
+
+    if causal:  # one matrix per prefix length r = 1..L in every block
+        rmask = (np.arange(L)[None, :] < np.arange(1, L + 1)[:, None]).astype(dt)  # [r, t]
+        Mr, shr = tables(C[..., :, None, :, :] * rmask[:, :, None])  # [..J, nb, L, S, S], [..J, nb, L]
+        Mfull, shfull = Mr[..., L - 1, :, :], shr[..., L - 1]
+    else:
+        Mfull, shfull = tables(C)  # [..J, nb, S, S]
+        r_last = n - (nb - 1) * L
+        lmask = (np.arange(L) < r_last).astype(dt)
+        Mlast, shlast = tables(C[..., nb - 1, :, :] * lmask[:, None])
+
+    tiny = float(jnp.finfo(dt).tiny)
+    log_k_tiny = math.log((2 * nS + 1) * tiny)  # each entry: ≤ 2^L flushed products and M's own flushes
+    guard = lambda x, floor: (jnp.where(x > floor, x, 1.0), jnp.where(x > floor, 0.0, jnp.inf))
+    def unsq(x, nrest):  # [..J squeezed, *rest] -> [..J with ones, *rest], broadcasts against lead
+        return x.reshape(tuple(d if kp else 1 for d, kp in zip(jl, keep)) + x.shape[x.ndim - nrest:])
+
+    def jshift(s, rows_):  # per-J shift [..J squeezed] -> [*lead, rows_]
+        return jnp.broadcast_to(unsq(s[..., None], 1), lead + (rows_,))
+
+    # per block: the live rows, how many of them end here, their prefix lengths
+    def live(b):
+        if causal:
+            lo = b * L
+            return lo, min(L, R - lo)
+        return 0, (R if b == nb - 1 else 0)
+
+    alphas, ds, cs, lzs, fl = [], [], [], [], []
+    alpha = c = None
+    for b in range(nb):
+        lo, ne = live(b)
+        rows_ = R - lo
+        hb = hh[..., lo:, b * L:(b + 1) * L]  # [*lead, rows, L]
+        if causal:
+            amask = np.ones((rows_, L), bool)
+            amask[:ne] = np.arange(L)[None, :] <= np.arange(ne)[:, None]
+        else:
+            amask = np.broadcast_to(np.arange(L) < (r_last if b == nb - 1 else L), (rows_, L))
+        hb = hb * amask.astype(dt)
+        logd = beta * (hb @ Sp.T)
+        dshift = sg(beta * jnp.abs(hb).sum(-1))
+        d = jnp.exp(logd - dshift[..., None])
+        if causal:
+            Me, she = Mr[..., b, :ne, :, :], shr[..., b, :ne]  # [..J, ne, S, S]
+            if b == 0:
+                ge = jnp.broadcast_to(unsq(Me[..., 0, :], 2), lead + (ne, nS))  # block -1: one fixed state
+                gr = jnp.broadcast_to(unsq(Mfull[..., b, 0, :][..., None, :], 2), lead + (rows_ - ne, nS))
+            else:
+                a = alpha[..., L:, :]
+                ge = ein("Aex,Mexy->Aey", a[..., :ne, :], Me)
+                gr = ein("Arx,Mxy->Ary", a[..., ne:, :], Mfull[..., b, :, :])
+            g = jnp.concatenate([ge, gr], axis=-2) * d
+            shift = jnp.concatenate([jshift(she[..., e], 1) for e in range(ne)] +
+                                    ([jshift(shfull[..., b], rows_ - ne)] if rows_ > ne else []), axis=-1)
+            c_prev = 0.0 if b == 0 else c[..., L:]
+        else:
+            Mb, shb = (Mlast, shlast) if b == nb - 1 else (Mfull[..., b, :, :], shfull[..., b])
+            if b == 0:
+                g = jnp.broadcast_to(unsq(Mb[..., 0, :][..., None, :], 2), lead + (rows_, nS)) * d
+            else:
+                g = ein("Arx,Mxy->Ary", alpha, Mb) * d
+            shift = jshift(shb, rows_)
+            c_prev = 0.0 if b == 0 else c
+        Mx, flag = guard(sg(jnp.max(g, axis=-1)), tiny)
+        alpha = g / Mx[..., None]
+        c = c_prev + jnp.log(Mx) + shift + dshift
+        fl.append(flag)
+        alphas.append(alpha)
+        ds.append(d)
+        cs.append(Mx)
+        if ne:
+            free = (L - (np.arange(ne) + 1)) if causal else np.full(ne, L - r_last)
+            tot, fz = guard(alpha[..., :ne, :].sum(-1), tiny)
+            lzs.append(c[..., :ne] + jnp.log(tot) - free.astype(dt) * math.log(2.0))
+            fl[-1] = fl[-1] + jnp.pad(fz, [(0, 0)] * len(lead) + [(0, rows_ - ne)])
+
+    means, losts = [None] * nb, [None] * nb
+    beta_msg = None
+    for b in range(nb - 1, -1, -1):
+        lo, ne = live(b)
+        rows_ = R - lo
+        if b == nb - 1:
+            bm, Mb_ = jnp.ones(lead + (rows_, nS), dt), jnp.ones(lead + (rows_,), dt)
+        else:
+            lo1, ne1 = live(b + 1)
+            v = ds[b + 1] * beta_msg  # [*lead, rows_{b+1}, S]
+            if causal:
+                pe = ein("Aey,Mexy->Aex", v[..., :ne1, :], Mr[..., b + 1, :ne1, :, :])
+                pr = ein("Ary,Mxy->Arx", v[..., ne1:, :], Mfull[..., b + 1, :, :])
+                prop = jnp.concatenate([pe, pr], axis=-2)
+                bm = jnp.concatenate([jnp.ones(lead + (ne, nS), dt), prop], axis=-2) if ne else prop
+            else:
+                Mb1 = Mlast if b + 1 == nb - 1 else Mfull[..., b + 1, :, :]
+                bm = ein("Ary,Mxy->Arx", v, Mb1)
+            Mb_, flag = guard(sg(jnp.max(bm, axis=-1)), tiny)
+            bm = bm / Mb_[..., None]
+            fl[b] = fl[b] + flag
+        beta_msg = bm
+        a = alphas[b]
+        P = a * bm
+        tot, flag = guard(P.sum(-1), math.sqrt(tiny))
+        m = (P @ Sp) / tot[..., None]  # [*lead, rows, L]
+        la, lb_, lt = sg(jnp.log(a.sum(-1))), sg(jnp.log(bm.sum(-1))), sg(jnp.log(tot))
+        lost = jnp.logaddexp(log_k_tiny - jnp.log(cs[b]) + lb_ - lt, log_k_tiny - jnp.log(Mb_) + la - lt) + flag + fl[b]
+        if causal:
+            amask = np.ones((rows_, L), bool)
+            amask[:ne] = np.arange(L)[None, :] <= np.arange(ne)[:, None]
+            m = jnp.where(amask, m, 0.0)
+            m = jnp.pad(m, [(0, 0)] * len(lead) + [(lo, 0), (0, 0)])
+            lost = jnp.pad(lost, [(0, 0)] * len(lead) + [(lo, 0)], constant_values=-jnp.inf)
+        means[b], losts[b] = m, lost
+    mean = jnp.concatenate(means, axis=-1)[..., :n]
+    log_z = jnp.concatenate(lzs, axis=-1)
+    lost = jax.nn.logsumexp(jnp.stack(losts), axis=0)
+    lost = sg(jnp.where(jnp.isnan(lost), jnp.inf, lost))
+    return (mean.reshape(batch + (n,)), log_z.reshape(batch), lost.reshape(batch))
