@@ -34,7 +34,7 @@ def _cell_from_args(args, task: str):
     return Cell(task, task, args.seq_len, variants=variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
                 engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
                 batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads,
-                eval_every=args.eval_every, **extra)
+                eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band, **extra)
 
 
 def _train(args) -> int:
@@ -194,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--no-ffn", dest="ffn", action="store_false", help="drop the FFN (the paper's ablation)")
         t.add_argument("--engine", default="exact", help="inference engine for hJ and J (a registry name)")
         t.add_argument("--engine-kw", default="", help="engine configuration, e.g. num_samples=200,num_chains=4")
+        t.add_argument("--J-param", dest="J_param", choices=("full", "toeplitz", "banded"), default="full",
+                       help="J parametrization: full [T,T], toeplitz (by distance) or banded (zero beyond --J-band)")
+        t.add_argument("--J-band", dest="J_band", type=int, default=None,
+                       help="bandwidth of J: needed by banded, optional for toeplitz (e.g. 8 with --engine banded "
+                            "--engine-kw bandwidth=8)")
         t.add_argument("--out", default=None, help="output folder (default runs/<task>-T<T>)")
         t.add_argument("--no-progress", action="store_true")
         t.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")

@@ -51,17 +51,21 @@ class Cell:
     depth: Optional[int] = None  # bracket nesting (default T/2)
     n_train: int = 20000
     n_test: int = 2000
+    J_param: str = "full"  # J parametrization: full, toeplitz or banded (Config.J_param)
+    J_band: Optional[int] = None  # its bandwidth (Config.J_band)
 
     @property
     def name(self) -> str:
         tail = ("" if self.ffn else "-noffn") + ("" if self.engine == "exact" else f"-{self.engine}")
+        if self.J_param != "full" or self.J_band is not None:
+            tail += f"-{self.J_param}{'' if self.J_band is None else self.J_band}"
         return f"{self.part}/T{self.seq_len}{tail}"
 
     def config(self, variant: str, vocab_size: int) -> Config:
         n_out = vocab_size if self.task == "shakespeare" else self.seq_len
         return Config(vocab_size=vocab_size, seq_len=self.seq_len, n_out=n_out, d_model=self.d_model,
                       n_heads=self.heads, ffn=self.ffn, variant=variant,
-                      engine=get(self.engine, **dict(self.engine_kw)))
+                      engine=get(self.engine, **dict(self.engine_kw)), J_param=self.J_param, J_band=self.J_band)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, eval_every=self.eval_every,
