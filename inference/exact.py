@@ -31,8 +31,10 @@ from typing import ClassVar, Optional
 
 import equinox as eqx
 import jax
+import numpy as np
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import logsumexp
 from jax.sharding import Mesh, PartitionSpec as P
 
@@ -260,16 +262,128 @@ def _enumerate(h, J, beta, p, SA, SB, valid=None, *, axes=None, nb=None):
     if valid is not None:
         logv = jnp.where(valid, logv, -jnp.inf)
 
+    if axes is None:
+        return _mitm(logu, logv, logK)  # differentiated by its own JVP rule (GEMMs, no [Q, 2^n] residuals)
+
     tA, tB, lost = _fast_half_logits(logu, logv, logK, axes, nb)
     fail = lost > jnp.log(jnp.asarray(LOST_MASS_TOL, dt))
     tA, tB = lax.cond(jnp.any(fail), lambda: _log_space_fix(logu, logv, logK, fail, tA, tB, axes), lambda: (tA, tB))
 
     log_z = _lse(tB, -1, axes)  # = logsumexp(tA, axis=-1)
-    if axes is None:
-        mB = jax.nn.softmax(tB, axis=-1) @ SB
-    else:
-        mB = lax.psum(jnp.exp(tB - log_z[..., None]) @ SB, axes)
+    mB = lax.psum(jnp.exp(tB - log_z[..., None]) @ SB, axes)
     return jnp.concatenate([jax.nn.softmax(tA, axis=-1) @ SA, mB], axis=-1), log_z, fail
+
+
+def _tables(logu, logv):
+    nA, nB = logu.shape[-1].bit_length() - 1, logv.shape[-1].bit_length() - 1
+    return spin_table(nA, logu.dtype), spin_table(nB, logu.dtype)
+
+
+def _mitm_core(logu, logv, logK):
+    """Primal of ``_mitm``; also returns the half marginals PA [G,Q,NA], PB [G,Q,NB]."""
+    SA, SB = _tables(logu, logv)
+    tA, tB, lost = _fast_half_logits(logu, logv, logK)
+    fail = lost > jnp.log(jnp.asarray(LOST_MASS_TOL, logu.dtype))
+    tA, tB = lax.cond(jnp.any(fail), lambda: _log_space_fix(logu, logv, logK, fail, tA, tB), lambda: (tA, tB))
+    log_z = logsumexp(tB, axis=-1)  # = logsumexp(tA, axis=-1)
+    PA, PB = jax.nn.softmax(tA, axis=-1), jax.nn.softmax(tB, axis=-1)
+    return jnp.concatenate([PA @ SA, PB @ SB], axis=-1), log_z, fail, PA, PB
+
+
+@jax.custom_jvp
+def _mitm(logu, logv, logK):
+    """mean [G,Q,n], log Z [G,Q] and the fallback flag [G,Q] of p_q(a,b) ∝ exp(logu_q(a) + logK(a,b) + logv_q(b)).
+
+    logu [G,Q,NA] and logv [G,Q,NB] are the per-query half log-weights (-βE of each
+    half), logK [G,NA,NB] the shared cross kernel. Differentiated by ``_mitm_jvp``."""
+    return _mitm_core(logu, logv, logK)[:3]
+
+
+def _mitm_jvp(primals, tangents):
+    """Tangents by the fluctuation identities: with δ(a,b) = du(a) + dv(b) + dK(a,b),
+    d log Z = E[δ] and d⟨s⟩ = E[s δ] - ⟨s⟩ E[δ] (covariances, hence β Cov(s, s_b) for h and
+    ½β Cov(s, s_b s_c) for J once the chain rule reaches them).
+
+    The expectations factor through the shared kernel like the forward pass: with
+    α_q(a) = exp(logu - max logu) ≤ 1, K̂ = exp(logK - column max) ≤ 1 and
+    β_q(b) = exp(logv + column max + max logu - log Z), p_q(a,b) = α(a) K̂(a,b) β(b), so
+
+        Σ_b p δ = PA du + α · [(β dv) K̂ᵀ + β (K̂ ⊙ dK)ᵀ],   Σ_a p δ = PB dv + β · [(α du) K̂ + α (K̂ ⊙ dK)]
+
+    are four GEMMs of the forward's shape (two when J is not perturbed). The rule is linear
+    in the tangents, so reverse mode is its transpose: again four GEMMs, with K̂'s cotangent
+    ``K̂ ⊙ (αᵀ ct)`` summed over the queries inside the GEMM; nothing of size [Q, 2^n] is
+    formed or saved. Products flushed to zero here are the ones the forward's lost-mass bound
+    already counts (Σ_b β(b) is that bound's sum), so the fast tangents are as accurate as the
+    fast marginals, and finite. Queries that took the log-space fallback get zero weight in the
+    GEMMs and are redone one at a time in log space (recomputed in the backward pass)."""
+    logu, logv, logK = primals
+    du, dv, dK = tangents
+    mean, log_z, fail, PA, PB = _mitm_core(logu, logv, logK)
+    zero = lambda t: isinstance(t, SymbolicZero)
+    f0 = np.zeros(fail.shape, jax.dtypes.float0)
+    if zero(du) and zero(dv) and zero(dK):
+        return (mean, log_z, fail), (jnp.zeros_like(mean), jnp.zeros_like(log_z), f0)
+    SA, SB = _tables(logu, logv)
+    ok = ~fail[..., None]
+    mu = jnp.max(logu, axis=-1, keepdims=True)  # finite: the all-(+1) half is never pinned away
+    rK = jnp.max(logK, axis=-2, keepdims=True)
+    Kh = jnp.exp(logK - rK)
+    al = jnp.where(ok, jnp.exp(logu - mu), 0.0)
+    be = jnp.where(ok, jnp.exp(jnp.where(ok, logv + rK + mu - log_z[..., None], -jnp.inf)), 0.0)
+    PAf, PBf = jnp.where(ok, PA, 0.0), jnp.where(ok, PB, 0.0)
+    KhT = jnp.swapaxes(Kh, -1, -2)
+    rowA, colB = 0.0, 0.0  # Σ_b p δ [G,Q,NA] and Σ_a p δ [G,Q,NB]
+    if not zero(du):
+        rowA = rowA + PAf * du
+        colB = colB + be * ((al * du) @ Kh)
+    if not zero(dv):
+        colB = colB + PBf * dv
+        rowA = rowA + al * ((be * dv) @ KhT)
+    if not zero(dK):
+        KdK = Kh * dK
+        rowA = rowA + al * (be @ jnp.swapaxes(KdK, -1, -2))
+        colB = colB + be * (al @ KdK)
+
+    # Queries that took the fallback: one at a time in log space. Each step is checkpointed,
+    # so reverse mode saves only the step's inputs (not its [NA, NB] weights) and recomputes.
+    fA, fB = lax.cond(jnp.any(fail), lambda: _fix_tangents(logu, logv, logK, log_z, fail, *(
+        None if zero(t) else t for t in (du, dv, dK))), lambda: (jnp.zeros_like(logu), jnp.zeros_like(logv)))
+    rowA, colB = rowA + fA, colB + fB
+    Ed = jnp.sum(rowA, axis=-1)
+    dmean = jnp.concatenate([rowA @ SA, colB @ SB], axis=-1) - mean * Ed[..., None]
+    return (mean, log_z, fail), (dmean, Ed, f0)
+
+
+_mitm.defjvp(_mitm_jvp, symbolic_zeros=True)
+
+
+def _fix_tangents(logu, logv, logK, log_z, fail, du, dv, dK):
+    """Σ_b P δ [G,Q,NA] and Σ_a P δ [G,Q,NB] of the failing queries (zeros for the others),
+    with P each query's [NA, NB] probabilities in log space and δ = du(a) + dv(b) + dK(a,b)
+    (None: zero)."""
+    G, Q, NA = logu.shape
+    NB = logv.shape[-1]
+    dt = logu.dtype
+    du = jnp.zeros_like(logu) if du is None else du
+    dv = jnp.zeros_like(logv) if dv is None else dv
+
+    @jax.checkpoint
+    def one(args):
+        g, lu, lv, lz, f, a, b = args
+
+        def run():
+            c = jnp.exp(lu[:, None] + logK[g] + lv[None, :] - lz)
+            d = a[:, None] + b[None, :]
+            c = c * (d if dK is None else d + dK[g])
+            return c.sum(1), c.sum(0)
+
+        return lax.cond(f, run, lambda: (jnp.zeros(NA, dt), jnp.zeros(NB, dt)))
+
+    flat = lambda z: z.reshape((G * Q,) + z.shape[2:])
+    a, b = lax.map(one, (jnp.repeat(jnp.arange(G), Q), flat(logu), flat(logv), flat(log_z), flat(fail),
+                         flat(du), flat(dv)))
+    return a.reshape(G, Q, NA), b.reshape(G, Q, NB)
 
 
 def _fast_half_logits(logu, logv, logK, axes=None, nb=None):
