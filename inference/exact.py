@@ -63,7 +63,8 @@ def _safe_log(x):
 class Exact(Engine):
     """Exact marginals, ``log Z`` and (with ``corr=True``) pair correlations.
 
-    Differentiable in ``h`` and ``J`` by autodiff. Queries whose models share ``J``
+    Differentiable in ``h`` and ``J`` (forward and reverse mode) through a JVP rule built on the
+    fluctuation identities (``_mitm_jvp``). Queries whose models share ``J``
     (broadcast batch axes of ``J``) share the ``2^n`` cross kernel. For ``causal``
     models the prefix lengths are solved in ~log2(n) buckets (see ``causal_buckets``).
 
