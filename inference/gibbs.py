@@ -653,7 +653,10 @@ class Gibbs(Engine):
     (``"systematic"`` or ``"colored"``); ``colors`` (optional fixed colouring,
     needed for colored updates under jit, see :func:`schedule_classes`);
     ``diagnostics`` (R-hat/ESS in ``info``: an FFT over every draw of every spin,
-    turn it off in training loops where it is not read); ``rhat_threshold``.
+    turn it off in training loops where it is not read); ``rhat_threshold``;
+    ``rao_blackwell`` (report the mean of ``tanh(β(h + J s))`` over the draws instead of
+    the mean of ``s``: lower variance and never exactly ±1, see
+    :mod:`isingattn.fluctuation`; recommended for training attention).
 
     ``marginals(model, *, key)`` returns :func:`sample_marginals` of the draws
     (``samples [*batch, chains * draws, n]``, chain-major), so the mean is
@@ -680,6 +683,7 @@ class Gibbs(Engine):
     colors: Optional[tuple] = eqx.field(static=True, default=None, converter=_as_classes)
     diagnostics: bool = eqx.field(static=True, default=True)
     rhat_threshold: float = eqx.field(static=True, default=1.05)
+    rao_blackwell: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         for name in ("num_warmup", "num_samples", "num_chains", "thin"):
@@ -706,7 +710,7 @@ class Gibbs(Engine):
         # Only what shapes the computation is static: a dense 'colored' run shares the
         # compiled program of the systematic one.
         config = (self.num_warmup, self.num_samples, self.num_chains, self.thin, self.diagnostics,
-                  float(self.rhat_threshold), classes)
+                  float(self.rhat_threshold), classes, bool(self.rao_blackwell))
         out = _gibbs_marginals(model, key, config)
         conv = out.info.get("converged")
         if conv is not None and not isinstance(conv, jax.core.Tracer):
@@ -725,7 +729,7 @@ class Gibbs(Engine):
 
 @eqx.filter_jit
 def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
-    num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes = config
+    num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes, rao_blackwell = config
     n, dtype = model.n, model.dtype
     batch = tuple(model.batch_shape)
     # The sampler needs no derivatives: gradients come from the fluctuation–dissipation VJP.
@@ -747,7 +751,7 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
             converged=jnp.all(rhat < rhat_threshold, axis=-1),
         )
     samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(batch + (C * D, n))  # chain-major
-    return sample_marginals(model, samples, info)
+    return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell)
 
 
 # ---------------------------------------------------------------------------------

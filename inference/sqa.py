@@ -449,6 +449,9 @@ class SQA(Engine):
         num_reads: independent reads = samples per model.
         thermal_sweeps: classical Metropolis sweeps at β after the anneal (thermal mode).
         global_moves: propose flipping a spin in all replicas at once.
+        rao_blackwell: report the mean of ``tanh(β(h + J s))`` over the reads instead of
+            the mean of ``s`` (:mod:`isingattn.fluctuation`; thermal mode; recommended for
+            training attention).
 
     ``marginals(model, key=key)`` returns :func:`~isingattn.fluctuation.sample_marginals`
     of the ``[..., num_reads, n]`` samples, so it is differentiable in ``h``, ``J``, β and
@@ -467,6 +470,7 @@ class SQA(Engine):
     num_reads: int = eqx.field(static=True, default=64)
     thermal_sweeps: int = eqx.field(static=True, default=100)
     global_moves: bool = eqx.field(static=True, default=True)
+    rao_blackwell: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_config(num_sweeps=self.num_sweeps, trotter=self.trotter, gamma_schedule=self.gamma_schedule,
@@ -495,7 +499,7 @@ class SQA(Engine):
                 "thermal_sweeps or num_sweeps. info['converged'] flags the models.",
                 stacklevel=3,  # the caller of marginals (through equinox's bound-method wrapper)
             )
-        return sample_marginals(model, samples, info)
+        return sample_marginals(model, samples, info, rao_blackwell=self.rao_blackwell)
 
 
 # ---- the dimod sampler -----------------------------------------------------------------------

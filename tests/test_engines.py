@@ -21,6 +21,9 @@ GRAPHS = ("dense", "chain", "lattice")
 SAMPLERS = {
     "gibbs": lambda: inference.Gibbs(num_warmup=100, num_samples=1000, num_chains=4),
     "sqa": lambda: inference.SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50),
+    # Rao-Blackwellized means, held to the plain samples' SE (never larger for independent reads)
+    "gibbs-rb": lambda: inference.Gibbs(num_warmup=100, num_samples=1000, num_chains=4, rao_blackwell=True),
+    "sqa-rb": lambda: inference.SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50, rao_blackwell=True),
     "dimod": lambda: inference.DimodEngine(num_reads=1000, num_sweeps=100),
 }
 
