@@ -346,13 +346,17 @@ def _sweep(fwd, bwd, f0, b0, xs, block):
 # ---- blocked transfer matrices (the fast path) ------------------------------------------------
 
 BLOCK_MIN = 4  # spins per block at least (fewer GEMM steps for small w)
-BLOCK_MAX = 10  # 2^(2L) entries per block matrix
+BLOCK_MAX = 16  # 2^(L+k) entries per step table
 MAX_BLOCKS = 128  # the block loop is unrolled
 
 
-def _block_len(n: int, w: int) -> int:
-    """Spins per block: ``L ≥ w`` so that only neighbouring blocks interact (``L = n`` if ``n ≤ w``)."""
-    return min(max(w, BLOCK_MIN), n)
+def _block_len(n: int, w: int) -> tuple:
+    """``(L, k)``: a window of ``L ≥ w`` spins advanced ``k`` spins per step (``k`` divides ``L``).
+    Cost per spin ``~2^(L+k) / k``: ``L = 2k`` for ``w ≥ 6`` (``w = 8``: ``k = 4``), else ``L = k``;
+    one step of all ``n`` spins when ``n ≤ L``."""
+    k = -(-w // 2) if w >= 6 else max(w, BLOCK_MIN)
+    L = 2 * k if w >= 6 else k
+    return (n, n) if n <= L else (L, k)
 
 
 def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr: bool):
@@ -364,8 +368,8 @@ def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr
     n = h_shape[-1]
     if want_corr or user_mask is not None or n == 0:
         return None
-    L = _block_len(n, w)
-    if L > BLOCK_MAX or -(-n // L) > MAX_BLOCKS:
+    L, k = _block_len(n, w)
+    if L + k > BLOCK_MAX or -(-n // k) > MAX_BLOCKS:
         return None
     batch = tuple(np.broadcast_shapes(h_shape[:-1], J_shape[:-2]))
     jb = (1,) * (len(batch) - (len(J_shape) - 2)) + tuple(J_shape[:-2])
@@ -382,162 +386,159 @@ def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr
 
 def _blocked(h, J, beta, w: int, causal: bool, layout):
     """Exact ``mean``, ``log_z`` and the underflow bound ``lost`` (as ``_scaled``) by forward–backward
-    over blocks of ``L ≥ w`` spins. Only neighbouring blocks interact, so with the block's
-    configuration ``x ∈ {±1}^L`` as the state
+    that adds ``k`` spins per step to a window of ``L ≥ w`` spins (``L = 2k``, or ``L = k``). With
+    the window ``x = (l, s)`` (``l``: the ``k`` oldest spins, which leave; ``s``: the rest) and the
+    new spins ``y``, a step is
 
-        α_b = (α_{b-1} @ M_b) ⊙ d_b,   β_{b-1} = M_b @ (d_b ⊙ β_b),   P_b(x) ∝ α_b(x) β_b(x),
+        α'[s, y] = d(y) Σ_l α[l, s] K[l, s, y],     K = exp(β E(l, s, y)),   d(y) = exp(β h·y),
 
-    where ``M_b[x, y] = exp(β E_b(x, y))`` (the couplings of block b, inside it and to block b-1)
-    is shared by every query with that J and ``d_b(y) = exp(β h_b·y)`` is per query: a step is a
-    GEMM ``[queries, 2^L] @ [2^L, 2^L]`` (``O(2^L)`` flops per spin and state, at GEMM speed) and
-    autodiff through it is GEMMs too. Messages are rescaled to max 1 after every step.
+    where ``K`` (the couplings of the new spins, to the window and among themselves) is shared by
+    every query with that J and ``d`` is per query: a batched GEMM over ``s`` of
+    ``[queries, 2^k] @ [2^k, 2^k]``, ``O(2^(L+k) / k)`` flops per spin and query, and autodiff
+    through it is GEMMs too. The backward message is the transposed product, and
+    ``P(x) ∝ α(x) β(x)`` gives the marginals of the new spins. Messages are rescaled to max 1
+    after every step.
 
-    Causal: query ``i`` sees spins ``0..i`` only. The loop over blocks is unrolled and block
-    ``b`` works on the queries ``i ≥ bL`` alone (half the work of full chains); a query's last
-    block uses ``M_b`` with the couplings of its inactive spins removed (one matrix per
-    prefix length ``r = 1..L``)."""
-    batch, jb, k = layout
+    Causal: query ``i`` sees spins ``0..i`` only. The loop over steps is unrolled and step ``b``
+    works on the queries ``i ≥ bk`` alone (half the work of full chains); a query's last step
+    uses ``K`` with the couplings of its inactive spins removed (one table per prefix length
+    ``r = 1..k``)."""
+    batch, jb, kr = layout
     sg = lax.stop_gradient
     dt = h.dtype
     n = h.shape[-1]
-    L = _block_len(n, w)
-    nS, nb = 2**L, -(-n // L)
-    N = nb * L
-    lead = batch[: len(batch) - k]
-    R = int(np.prod(batch[len(batch) - k:], dtype=np.int64))
+    L, k = _block_len(n, w)
+    nL, nk, ns = 2**L, 2**k, 2 ** (L - k)
+    nb = -(-n // k)
+    N = nb * k
+    lead = batch[: len(batch) - kr]
+    R = int(np.prod(batch[len(batch) - kr:], dtype=np.int64))
     hh = jnp.broadcast_to(h, batch + (n,)).reshape(lead + (R, n))
     hh = jnp.pad(hh, [(0, 0)] * (hh.ndim - 1) + [(0, N - n)])
     jl = jb[: len(lead)]
     keep = [d != 1 for d in jl]
     Jt = J.reshape(tuple(d for d in jl if d != 1) + (n, n))
-    letters = "abcdefghijklmnopqrstuv"[: len(lead)]
+    letters = "abcdfghijmopqtuvwxz"[: len(lead)]
     ml = "".join(c for c, kp in zip(letters, keep) if kp)
     ein = lambda spec, *xs: jnp.einsum(spec.replace("A", letters).replace("M", ml), *xs)
 
-    # couplings of block b: C[b, t, u] between spin bL+t and spin bL-L+u (u < L: block b-1)
+    # couplings of step b: C[b, t, u] between new spin bk+t and spin bk-L+u (u < L: the window)
     Jw = jnp.pad(_band(Jt, w), [(0, 0)] * (Jt.ndim - 2) + [(0, N - n), (0, 0)])  # [..J, N, w]
-    t = np.arange(L)[:, None]
-    u = np.arange(2 * L)[None, :]
-    kk = u - t - L + w  # window slot of spin bL-L+u seen from spin bL+t
+    t = np.arange(k)[:, None]
+    u = np.arange(L + k)[None, :]
+    kk = u - t - L + w  # window slot of spin bk-L+u seen from spin bk+t
     ok = (kk >= 0) & (kk < w)
-    rows = np.arange(nb)[:, None, None] * L + t[None]
-    C = jnp.where(ok, Jw[..., rows, np.clip(kk, 0, w - 1)[None]], 0.0)  # [..J, nb, L, 2L]
-    Sp = spin_table(L, dt)  # [2^L, L]
+    rows = np.arange(nb)[:, None, None] * k + t[None]
+    C = jnp.where(ok, Jw[..., rows, np.clip(kk, 0, w - 1)[None]], 0.0)  # [..J, nb, k, L+k]
+    SL, Sk = spin_table(L, dt), spin_table(k, dt)  # [2^L, L], [2^k, k]
 
-    def tables(Cm):  # [..., L, 2L] -> M [..., 2^L, 2^L] (entries ≤ 1), log of the scale taken out
-        inter = jnp.einsum("xu,...tu,yt->...xy", Sp, Cm[..., :L], Sp)
-        intra = jnp.einsum("yu,...tu,yt->...y", Sp, Cm[..., L:], Sp)
+    def tables(Cm):  # [..., k, L+k] -> K [..., 2^k (l), 2^(L-k) (s), 2^k (y)] (entries ≤ 1), log of the scale
+        inter = jnp.einsum("xu,...tu,yt->...xy", SL, Cm[..., :L], Sk)
+        intra = jnp.einsum("yu,...tu,yt->...y", Sk, Cm[..., L:], Sk)
         E = beta * (inter + intra[..., None, :])
         shift = sg(jnp.max(E, axis=(-2, -1)))
-        return jnp.exp(E - shift[..., None, None]), shift
+        K = jnp.exp(E - shift[..., None, None])
+        return K.reshape(K.shape[:-2] + (nk, ns, nk)), shift
 
-    if causal:  # one matrix per prefix length r = 1..L in every block
-        rmask = (np.arange(L)[None, :] < np.arange(1, L + 1)[:, None]).astype(dt)  # [r, t]
-        Mr, shr = tables(C[..., :, None, :, :] * rmask[:, :, None])  # [..J, nb, L, S, S], [..J, nb, L]
-        Mfull, shfull = Mr[..., L - 1, :, :], shr[..., L - 1]
+    if causal:  # one table per prefix length r = 1..k in every step
+        rmask = (np.arange(k)[None, :] < np.arange(1, k + 1)[:, None]).astype(dt)  # [r, t]
+        Kr, shr = tables(C[..., :, None, :, :] * rmask[:, :, None])  # [..J, nb, k, nk, ns, nk], [..J, nb, k]
+        Kfull, shfull = Kr[..., k - 1, :, :, :], shr[..., k - 1]
     else:
-        Mfull, shfull = tables(C)  # [..J, nb, S, S]
-        r_last = n - (nb - 1) * L
-        lmask = (np.arange(L) < r_last).astype(dt)
-        Mlast, shlast = tables(C[..., nb - 1, :, :] * lmask[:, None])
+        Kfull, shfull = tables(C)  # [..J, nb, nk, ns, nk]
+        r_last = n - (nb - 1) * k
+        Klast, shlast = tables(C[..., nb - 1, :, :] * (np.arange(k) < r_last).astype(dt)[:, None])
 
     tiny = float(jnp.finfo(dt).tiny)
-    log_k_tiny = math.log((2 * nS + 1) * tiny)  # each entry: ≤ 2^L flushed products and M's own flushes
+    log_k_tiny = math.log((2 * nk + 1) * tiny)  # each entry: ≤ 2^k flushed products and K's own flushes
     guard = lambda x, floor: (jnp.where(x > floor, x, 1.0), jnp.where(x > floor, 0.0, jnp.inf))
+
     def unsq(x, nrest):  # [..J squeezed, *rest] -> [..J with ones, *rest], broadcasts against lead
         return x.reshape(tuple(d if kp else 1 for d, kp in zip(jl, keep)) + x.shape[x.ndim - nrest:])
 
     def jshift(s, rows_):  # per-J shift [..J squeezed] -> [*lead, rows_]
         return jnp.broadcast_to(unsq(s[..., None], 1), lead + (rows_,))
 
-    # per block: the live rows, how many of them end here, their prefix lengths
-    def live(b):
+    def live(b):  # (first live row, rows that end at step b)
         if causal:
-            lo = b * L
-            return lo, min(L, R - lo)
+            return b * k, min(k, R - b * k)
         return 0, (R if b == nb - 1 else 0)
+
+    def active(b, rows_, ne):  # [rows, k] active new spins
+        if causal:
+            am = np.ones((rows_, k), bool)
+            am[:ne] = np.arange(k)[None, :] <= np.arange(ne)[:, None]
+            return am
+        return np.broadcast_to(np.arange(k) < (r_last if b == nb - 1 else k), (rows_, k))
 
     alphas, ds, cs, lzs, fl = [], [], [], [], []
     alpha = c = None
     for b in range(nb):
         lo, ne = live(b)
         rows_ = R - lo
-        hb = hh[..., lo:, b * L:(b + 1) * L]  # [*lead, rows, L]
-        if causal:
-            amask = np.ones((rows_, L), bool)
-            amask[:ne] = np.arange(L)[None, :] <= np.arange(ne)[:, None]
-        else:
-            amask = np.broadcast_to(np.arange(L) < (r_last if b == nb - 1 else L), (rows_, L))
-        hb = hb * amask.astype(dt)
-        logd = beta * (hb @ Sp.T)
+        hb = hh[..., lo:, b * k:(b + 1) * k] * active(b, rows_, ne).astype(dt)  # [*lead, rows, k]
         dshift = sg(beta * jnp.abs(hb).sum(-1))
-        d = jnp.exp(logd - dshift[..., None])
-        if causal:
-            Me, she = Mr[..., b, :ne, :, :], shr[..., b, :ne]  # [..J, ne, S, S]
-            if b == 0:
-                ge = jnp.broadcast_to(unsq(Me[..., 0, :], 2), lead + (ne, nS))  # block -1: one fixed state
-                gr = jnp.broadcast_to(unsq(Mfull[..., b, 0, :][..., None, :], 2), lead + (rows_ - ne, nS))
-            else:
-                a = alpha[..., L:, :]
-                ge = ein("Aex,Mexy->Aey", a[..., :ne, :], Me)
-                gr = ein("Arx,Mxy->Ary", a[..., ne:, :], Mfull[..., b, :, :])
-            g = jnp.concatenate([ge, gr], axis=-2) * d
-            shift = jnp.concatenate([jshift(she[..., e], 1) for e in range(ne)] +
-                                    ([jshift(shfull[..., b], rows_ - ne)] if rows_ > ne else []), axis=-1)
-            c_prev = 0.0 if b == 0 else c[..., L:]
+        d = jnp.exp(beta * (hb @ Sk.T) - dshift[..., None])  # [*lead, rows, 2^k]
+        if b == 0:  # before spin 0: one fixed window (its couplings are 0)
+            a = jnp.zeros(lead + (rows_, nL), dt).at[..., 0].set(1.0)
         else:
-            Mb, shb = (Mlast, shlast) if b == nb - 1 else (Mfull[..., b, :, :], shfull[..., b])
-            if b == 0:
-                g = jnp.broadcast_to(unsq(Mb[..., 0, :][..., None, :], 2), lead + (rows_, nS)) * d
-            else:
-                g = ein("Arx,Mxy->Ary", alpha, Mb) * d
+            a = alpha[..., alpha.shape[-2] - rows_:, :]
+        a = a.reshape(a.shape[:-1] + (nk, ns))
+        if causal:
+            ge = ein("Aels,Melsy->Aesy", a[..., :ne, :, :], Kr[..., b, :ne, :, :, :])
+            gr = ein("Arls,Mlsy->Arsy", a[..., ne:, :, :], Kfull[..., b, :, :, :])
+            g = jnp.concatenate([ge, gr], axis=-3)
+            shift = jnp.concatenate([jshift(shr[..., b, e], 1) for e in range(ne)] +
+                                    ([jshift(shfull[..., b], rows_ - ne)] if rows_ > ne else []), axis=-1)
+        else:
+            Kb, shb = (Klast, shlast) if b == nb - 1 else (Kfull[..., b, :, :, :], shfull[..., b])
+            g = ein("Arls,Mlsy->Arsy", a, Kb)
             shift = jshift(shb, rows_)
-            c_prev = 0.0 if b == 0 else c
+        g = (g * d[..., None, :]).reshape(lead + (rows_, nL))
+        c_prev = 0.0 if b == 0 else c[..., c.shape[-1] - rows_:]
         Mx, flag = guard(sg(jnp.max(g, axis=-1)), tiny)
         alpha = g / Mx[..., None]
         c = c_prev + jnp.log(Mx) + shift + dshift
-        fl.append(flag)
         alphas.append(alpha)
         ds.append(d)
         cs.append(Mx)
         if ne:
-            free = (L - (np.arange(ne) + 1)) if causal else np.full(ne, L - r_last)
+            free = (k - (np.arange(ne) + 1)) if causal else np.full(ne, k - r_last)
             tot, fz = guard(alpha[..., :ne, :].sum(-1), tiny)
             lzs.append(c[..., :ne] + jnp.log(tot) - free.astype(dt) * math.log(2.0))
-            fl[-1] = fl[-1] + jnp.pad(fz, [(0, 0)] * len(lead) + [(0, rows_ - ne)])
+            flag = flag + jnp.pad(fz, [(0, 0)] * len(lead) + [(0, rows_ - ne)])
+        fl.append(flag)
 
     means, losts = [None] * nb, [None] * nb
-    beta_msg = None
+    bm = None
     for b in range(nb - 1, -1, -1):
         lo, ne = live(b)
         rows_ = R - lo
         if b == nb - 1:
-            bm, Mb_ = jnp.ones(lead + (rows_, nS), dt), jnp.ones(lead + (rows_,), dt)
+            bm, Mb = jnp.ones(lead + (rows_, nL), dt), jnp.ones(lead + (rows_,), dt)
         else:
-            lo1, ne1 = live(b + 1)
-            v = ds[b + 1] * beta_msg  # [*lead, rows_{b+1}, S]
+            _, ne1 = live(b + 1)
+            v = bm.reshape(bm.shape[:-1] + (ns, nk)) * ds[b + 1][..., None, :]  # [*lead, rows_{b+1}, s, y]
             if causal:
-                pe = ein("Aey,Mexy->Aex", v[..., :ne1, :], Mr[..., b + 1, :ne1, :, :])
-                pr = ein("Ary,Mxy->Arx", v[..., ne1:, :], Mfull[..., b + 1, :, :])
-                prop = jnp.concatenate([pe, pr], axis=-2)
-                bm = jnp.concatenate([jnp.ones(lead + (ne, nS), dt), prop], axis=-2) if ne else prop
+                pe = ein("Aesy,Melsy->Aels", v[..., :ne1, :, :], Kr[..., b + 1, :ne1, :, :, :])
+                pr = ein("Arsy,Mlsy->Arls", v[..., ne1:, :, :], Kfull[..., b + 1, :, :, :])
+                prop = jnp.concatenate([pe, pr], axis=-3).reshape(lead + (rows_ - ne, nL))
+                bm = jnp.concatenate([jnp.ones(lead + (ne, nL), dt), prop], axis=-2) if ne else prop
             else:
-                Mb1 = Mlast if b + 1 == nb - 1 else Mfull[..., b + 1, :, :]
-                bm = ein("Ary,Mxy->Arx", v, Mb1)
-            Mb_, flag = guard(sg(jnp.max(bm, axis=-1)), tiny)
-            bm = bm / Mb_[..., None]
+                Kb1 = Klast if b + 1 == nb - 1 else Kfull[..., b + 1, :, :, :]
+                bm = ein("Arsy,Mlsy->Arls", v, Kb1).reshape(lead + (rows_, nL))
+            Mb, flag = guard(sg(jnp.max(bm, axis=-1)), tiny)
+            bm = bm / Mb[..., None]
             fl[b] = fl[b] + flag
-        beta_msg = bm
         a = alphas[b]
         P = a * bm
-        tot, flag = guard(P.sum(-1), math.sqrt(tiny))
-        m = (P @ Sp) / tot[..., None]  # [*lead, rows, L]
-        la, lb_, lt = sg(jnp.log(a.sum(-1))), sg(jnp.log(bm.sum(-1))), sg(jnp.log(tot))
-        lost = jnp.logaddexp(log_k_tiny - jnp.log(cs[b]) + lb_ - lt, log_k_tiny - jnp.log(Mb_) + la - lt) + flag + fl[b]
-        if causal:
-            amask = np.ones((rows_, L), bool)
-            amask[:ne] = np.arange(L)[None, :] <= np.arange(ne)[:, None]
-            m = jnp.where(amask, m, 0.0)
+        Pn = P.reshape(P.shape[:-1] + (ns, nk)).sum(-2)  # [*lead, rows, 2^k]: the new spins
+        tot, flag = guard(Pn.sum(-1), math.sqrt(tiny))
+        m = (Pn @ Sk) / tot[..., None]  # [*lead, rows, k]
+        la, lb, lt = sg(jnp.log(a.sum(-1))), sg(jnp.log(bm.sum(-1))), sg(jnp.log(tot))
+        lost = jnp.logaddexp(log_k_tiny - jnp.log(cs[b]) + lb - lt, log_k_tiny - jnp.log(Mb) + la - lt) + flag + fl[b]
+        m = jnp.where(active(b, rows_, ne), m, 0.0)
+        if lo:
             m = jnp.pad(m, [(0, 0)] * len(lead) + [(lo, 0), (0, 0)])
             lost = jnp.pad(lost, [(0, 0)] * len(lead) + [(lo, 0)], constant_values=-jnp.inf)
         means[b], losts[b] = m, lost
