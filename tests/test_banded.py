@@ -326,7 +326,8 @@ def test_registry_and_float32():
 # ---- the blocked path against the per-spin sweep -------------------------------------------------
 
 
-@pytest.mark.parametrize("n,w,causal", [(13, 8, True), (17, 6, False), (11, 3, True)])
+@pytest.mark.parametrize("n,w,causal", [pytest.param(13, 8, True, marks=pytest.mark.slow),
+                                         pytest.param(17, 6, False, marks=pytest.mark.slow), (11, 3, True)])
 def test_blocked_path_matches_sweep(n, w, causal):
     """The blocked GEMM path (window L = 2k for w ≥ 6, n not a multiple of k; causal prefixes)
     equals the per-spin sweep (path="sweep"), values and gradients, float64."""
