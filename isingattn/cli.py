@@ -270,5 +270,18 @@ def main(argv=None) -> int:
     return args.func(args)
 
 
+def run() -> int:
+    """The console script: bad input ends with its message, not a traceback."""
+    from isingattn.checkpoint import CheckpointError
+    from isingattn.errors import IsingInputError
+    from isingattn.models.shakespeare import DataError
+
+    try:
+        return main()
+    except (IsingInputError, CheckpointError, DataError) as e:
+        print(f"isingattn: error: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
