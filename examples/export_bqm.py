@@ -12,7 +12,6 @@ openjij or a D-Wave sampler. Sample marginals are checked against exact ones.
 import argparse
 
 import dimod
-import jax
 import numpy as np
 
 from isingattn import IsingModel, inference

@@ -38,3 +38,20 @@ def brute_force(h, J, beta=1.0, mask=None):
     corr = np.zeros((n, n))
     corr[np.ix_(idx, idx)] = np.einsum("c,cj,ck->jk", p, S, S)
     return dict(mean=mean, corr=corr, log_z=log_z, probs=p, spins=S, active=act)
+
+
+def brute_force_batch(h, J, beta=1.0, mask=None) -> dict:
+    """:func:`brute_force` over every batch element. h [..., n], J [..., n, n] and mask
+    [..., n] broadcast; returns mean [..., n], corr [..., n, n], log_z [...]."""
+    h, J = np.asarray(h, np.float64), np.asarray(J, np.float64)
+    n = h.shape[-1]
+    shapes = [h.shape[:-1], J.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-1]])
+    batch = np.broadcast_shapes(*shapes)
+    hb, Jb = np.broadcast_to(h, batch + (n,)), np.broadcast_to(J, batch + (n, n))
+    mb = None if mask is None else np.broadcast_to(mask, batch + (n,))
+    out = dict(mean=np.zeros(batch + (n,)), corr=np.zeros(batch + (n, n)), log_z=np.zeros(batch))
+    for idx in np.ndindex(*batch):
+        r = brute_force(hb[idx], Jb[idx], beta, None if mb is None else mb[idx])
+        for k in out:
+            out[k][idx] = r[k]
+    return out

@@ -16,7 +16,7 @@ import pytest
 from isingattn import IsingModel, boltzmann_attention, inference
 from isingattn.errors import IsingInputError
 from isingattn.inference import Banded, Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.testing import brute_force, brute_force_batch, random_model
 
 F64_TOL = 1e-9
 BETAS = (0.5, 1.0, 2.0)
@@ -41,18 +41,7 @@ def banded_J(rng, n, w, scale=1.0):
     return J * (d <= w)
 
 
-def reference(h, J, beta, mask=None):
-    """brute_force over every batch element (h, J, mask broadcast): mean, corr, log_z."""
-    n = h.shape[-1]
-    batch = np.broadcast_shapes(h.shape[:-1], J.shape[:-2], () if mask is None else mask.shape[:-1])
-    hb, Jb = np.broadcast_to(h, batch + (n,)), np.broadcast_to(J, batch + (n, n))
-    mb = None if mask is None else np.broadcast_to(mask, batch + (n,))
-    out = dict(mean=np.zeros(batch + (n,)), corr=np.zeros(batch + (n, n)), log_z=np.zeros(batch))
-    for idx in np.ndindex(*batch):
-        r = brute_force(hb[idx], Jb[idx], beta, None if mb is None else mb[idx])
-        for k in out:
-            out[k][idx] = r[k]
-    return out
+reference = brute_force_batch
 
 
 def assert_close(actual, desired, atol, what):

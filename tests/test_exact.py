@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import isingattn
 from isingattn import IsingModel, TooManySpinsError, inference
 from isingattn.inference import Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.testing import brute_force, brute_force_batch, random_model
 
 F64_TOL = 1e-9
 BETAS = (0.5, 1.0, 2.0)
@@ -47,22 +47,7 @@ def solve(h, J, beta, mask=None, *, corr=False, causal=False):
 # ---- reference helpers ------------------------------------------------------------------
 
 
-def reference(h, J, beta, mask=None):
-    """brute_force over every batch element. h [..., n], J [..., n, n] and mask [..., n]
-    broadcast; returns dict of mean [..., n], corr [..., n, n], log_z [...]."""
-    h, J = np.asarray(h, np.float64), np.asarray(J, np.float64)
-    n = h.shape[-1]
-    shapes = [h.shape[:-1], J.shape[:-2]] + ([] if mask is None else [np.shape(mask)[:-1]])
-    batch = np.broadcast_shapes(*shapes)
-    hb = np.broadcast_to(h, batch + (n,))
-    Jb = np.broadcast_to(J, batch + (n, n))
-    mb = None if mask is None else np.broadcast_to(mask, batch + (n,))
-    out = dict(mean=np.zeros(batch + (n,)), corr=np.zeros(batch + (n, n)), log_z=np.zeros(batch))
-    for idx in np.ndindex(*batch):
-        r = brute_force(hb[idx], Jb[idx], beta, None if mb is None else mb[idx])
-        for k in out:
-            out[k][idx] = r[k]
-    return out
+reference = brute_force_batch
 
 
 def full_spins(r, n):
