@@ -87,6 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
+from isingattn.causal import by_prefix
 from isingattn.energy import coupling_energy, field_energy
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError, TooManySpinsError
@@ -623,7 +624,8 @@ class DQA(Engine):
     calibration step; memory ``O(M 2^n)`` (and ``O(2^n n)`` per model group in the fits).
     Measured (2-core CPU, float32, n = 12, 64 models, 1024 shots): 0.12 s uncalibrated,
     ≈ 1.3 s calibrated (``benchmarks/dqa.py``). Slow beyond n ≈ 20. Masked spins stay in
-    ``|+⟩`` and are zeroed in the marginals; they still cost qubits. A callable
+    ``|+⟩`` and are zeroed in the marginals; they still cost qubits, except in causal
+    models, which are simulated prefix bucket by prefix bucket (:mod:`isingattn.causal`). A callable
     ``schedule`` is part of the static config: pass the same function object to reuse the
     compilation.
     """
@@ -679,8 +681,13 @@ class DQA(Engine):
 
 @eqx.filter_jit
 def _marginals_jit(engine: DQA, model: IsingModel, key):
-    samples, _, info = _run_model(engine._cfg(), model, key)
-    return sample_marginals(model, samples, info, rao_blackwell=engine.rao_blackwell)
+    def solve(m, k):
+        samples, _, info = _run_model(engine._cfg(), m, k)
+        return sample_marginals(m, samples, info, rao_blackwell=engine.rao_blackwell)
+
+    # A causal query's inactive qubits stay in |+> and decouple: simulate each prefix
+    # bucket on its own qubits (5.3x fewer amplitudes at n = 12).
+    return by_prefix(solve, model, key) if model.causal else solve(model, key)
 
 
 @eqx.filter_jit

@@ -38,6 +38,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import logsumexp
 from jax.sharding import Mesh, PartitionSpec as P
 
+from isingattn.causal import by_prefix
 from isingattn.energy import cross_energy, energy
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, TooManySpinsError
@@ -66,7 +67,7 @@ class Exact(Engine):
     Differentiable in ``h`` and ``J`` (forward and reverse mode) through a JVP rule built on the
     fluctuation identities (``_mitm_jvp``). Queries whose models share ``J``
     (broadcast batch axes of ``J``) share the ``2^n`` cross kernel. For ``causal``
-    models the prefix lengths are solved in ~log2(n) buckets (see ``causal_buckets``).
+    models the prefix lengths are solved in ~log2(n) buckets (``isingattn.causal.by_prefix``).
 
     Cost grows as ``2^n``: fine to ``n ≈ 24`` on a laptop. Above ``max_n`` it raises;
     use ``Banded`` (banded J), ``MeanField``, ``Gibbs`` or ``SQA`` instead.
@@ -104,48 +105,9 @@ class Exact(Engine):
         return _solve_causal(model, self.corr, self.mesh)
 
 
-def causal_buckets(n: int) -> list[tuple[int, int]]:
-    """Prefix lengths grouped as [n], [n-1], [n-2, n-3], [n-4 .. n-7], ... (lo, hi).
-
-    A bucket is solved once at its longest length, shorter prefixes pinned by the
-    mask: about 2.3·2^n work per sequence (against 2·2^n for one solve per length)
-    with only ~log2(n) solves to compile."""
-    out, hi, size = [], n, 1
-    while hi >= 1:
-        lo = max(1, hi - size + 1)
-        out.append((lo, hi))
-        hi, size = lo - 1, size if len(out) == 1 else 2 * size
-    return out[::-1]
-
-
 def _solve_causal(model: IsingModel, want_corr: bool, mesh: Optional[Mesh] = None) -> Marginals:
     """Query i (last batch axis) sees spins 0..i: solve each bucket of prefix lengths once."""
-    n, dt = model.n, model.dtype
-
-    def queries(x, lo, hi, tail):  # slice queries lo-1..hi-1 of x's query axis (size n or 1)
-        ax = x.ndim - tail - 1
-        return x if ax < 0 or x.shape[ax] == 1 else lax.slice_in_dim(x, lo - 1, hi, axis=ax)
-
-    tri = jnp.tril(jnp.ones((n, n), bool))
-    means, log_zs, corrs, stables = [], [], [], []
-    for lo, hi in causal_buckets(n):
-        mask = tri[lo - 1 : hi, :hi]
-        if model.mask is not None:
-            mask = mask & queries(model.mask, lo, hi, 1)[..., :hi]
-        o = _solve_model(queries(model.h, lo, hi, 1)[..., :hi], queries(model.J, lo, hi, 2)[..., :hi, :hi],
-                         model.beta, mask, want_corr, mesh)
-        pad = lambda x, k: jnp.pad(x, [(0, 0)] * (x.ndim - k) + [(0, n - hi)] * k)
-        means.append(pad(o.mean, 1))
-        log_zs.append(o.log_z)
-        stables.append(o.info["stable_path"])
-        if want_corr:
-            corrs.append(pad(o.corr, 2))
-    batch = model.batch_shape
-    cat = lambda xs, tail: jnp.broadcast_to(
-        jnp.concatenate([jnp.broadcast_to(x, batch[:-1] + x.shape[x.ndim - tail - 1 :]) for x in xs], axis=-1 - tail),
-        batch + xs[0].shape[xs[0].ndim - tail :])
-    return Marginals(mean=cat(means, 1).astype(dt), corr=cat(corrs, 2) if want_corr else None,
-                     log_z=cat(log_zs, 0), info={"stable_path": cat(stables, 0)})
+    return by_prefix(lambda sub, _: _solve_model(sub.h, sub.J, sub.beta, sub.mask, want_corr, mesh), model)
 
 
 def _solve_model(h, J, beta, mask, want_corr: bool, mesh: Optional[Mesh] = None) -> Marginals:

@@ -59,6 +59,7 @@ import numpy as np
 from jax import lax
 
 from isingattn import prng
+from isingattn.causal import by_prefix
 from isingattn.energy import energy, local_field, local_field_rows
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
@@ -709,9 +710,16 @@ class Gibbs(Engine):
         classes = schedule_classes(self.schedule, model.J, self.colors)
         # Only what shapes the computation is static: a dense 'colored' run shares the
         # compiled program of the systematic one.
-        config = (self.num_warmup, self.num_samples, self.num_chains, self.thin, self.diagnostics,
-                  float(self.rhat_threshold), classes, bool(self.rao_blackwell))
-        out = _gibbs_marginals(model, key, config)
+        config = lambda cl: (self.num_warmup, self.num_samples, self.num_chains, self.thin, self.diagnostics,
+                             float(self.rhat_threshold), cl, bool(self.rao_blackwell))
+        if model.causal:  # inactive spins decouple: sample each prefix bucket on its own spins
+            def solve(sub, k):  # the colouring restricted to the bucket's spins stays proper
+                cl = None if classes is None else tuple(c for c in (tuple(i for i in c if i < sub.n) for c in classes) if c)
+                return _gibbs_marginals(sub, k, config(cl))
+
+            out = by_prefix(solve, model, key, spin_info=("r_hat", "ess", "mcse"))
+        else:
+            out = _gibbs_marginals(model, key, config(classes))
         conv = out.info.get("converged")
         if conv is not None and not isinstance(conv, jax.core.Tracer):
             bad = ~np.asarray(conv)

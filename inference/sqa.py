@@ -67,6 +67,7 @@ import numpy as np
 from jax import lax
 
 from isingattn import prng
+from isingattn.causal import by_prefix
 from isingattn.energy import energy, local_field_rows
 from isingattn.energy import local_field as energy_local_field
 from isingattn.engine import Engine, register
@@ -483,6 +484,8 @@ class SQA(Engine):
             raise ValueError("SQA is a sampling engine and needs a PRNG key: engine.marginals(model, key=jax.random.PRNGKey(0)).")
         if not isinstance(model, IsingModel):
             raise IsingTypeError(f"SQA.marginals expects an IsingModel; got {type(model).__name__}.")
+        if model.causal:  # inactive spins decouple: sample each prefix bucket on its own spins
+            return by_prefix(lambda sub, k: self.marginals(sub, key=k), model, key)
         if self.beta is not None:
             model = eqx.tree_at(lambda m: m.beta, model, jnp.asarray(self.beta, model.dtype))
         h, J = model.masked_parameters()

@@ -44,8 +44,9 @@ class IsingModel(eqx.Module):
         mask: optional boolean ``[..., n]``; ``False`` removes a spin from the model
             (its field and couplings count as zero, its marginal is reported as 0).
         causal: if True, the last batch axis indexes queries ``i = 0..n-1`` and query
-            ``i`` sees only spins ``0..i`` (combined with ``mask``). Exact engines use
-            this to enumerate each prefix once.
+            ``i`` sees only spins ``0..i`` (combined with ``mask``). Exact, Gibbs, SQA
+            and DQA use this to solve each bucket of prefixes on its own spins
+            (:mod:`isingattn.causal`).
         labels: optional hashable variable labels (kept by BQM/networkx round trips).
 
     Inputs are validated at construction: eagerly when concrete, and with
