@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--batch-banded", type=int, default=64, help="batch for hJ-banded8-256")
-    p.add_argument("--steps", type=int, default=5, help="timed steps after compile")
+    p.add_argument("--steps", type=int, default=20, help="timed steps after compile")
     p.add_argument("--steps-banded", type=int, default=2, help="timed steps for hJ-banded8-256")
     p.add_argument("--only", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
