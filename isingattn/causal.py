@@ -67,8 +67,8 @@ def by_prefix(solve: Callable[[IsingModel, Optional[jax.Array]], Marginals], mod
     ``corr``, ``log_z``, ``samples [..., q, S, hi]`` and batch-shaped ``info`` entries are
     joined along the query axis, spin axes zero-padded to ``n`` (inactive spins are 0
     everywhere). ``info`` keys in ``spin_info`` have a trailing spin axis; it is padded with
-    NaN (no statistic for an absent spin); entries missing from some bucket are dropped. Differentiable: gradients flow through the
-    slices into the full ``h`` and ``J``.
+    NaN (no statistic for an absent spin). Entries missing from some bucket are dropped.
+    Differentiable: gradients flow through the slices into the full ``h`` and ``J``.
     """
     n, batch = model.n, model.batch_shape
     subs = prefix_models(model)
