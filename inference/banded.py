@@ -130,7 +130,7 @@ def _marginals(model: IsingModel, w: int, want_corr: bool, blocked: bool = True)
             m, lz, st = mean_fn(h)
             return jnp.where(fail[..., None], m, mean), jnp.where(fail, lz, log_z), st & fail
 
-        mean, log_z, stable = lax.cond(jnp.any(fail), fix, lambda: (mean, log_z, jnp.zeros_like(fail)))
+        mean, log_z, stable = lax.cond(jnp.any(fail), jax.checkpoint(fix), lambda: (mean, log_z, jnp.zeros_like(fail)))
     else:
         mean, log_z, stable = mean_fn(h)
     corr = None
