@@ -12,3 +12,12 @@ class IsingTypeError(TypeError):
 
 class TooManySpinsError(IsingInputError):
     """An exact engine was asked for more spins than it can enumerate."""
+
+
+class RunFolderError(IsingInputError):
+    """A run folder cannot be used as asked: another process holds it, or it holds a run
+    with a different configuration than the one requested."""
+
+
+class TrainingDivergedError(IsingInputError):
+    """Training produced a non-finite loss; the message names the step and the last finite loss."""
