@@ -19,11 +19,33 @@ def _is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def _as_float(name, x, dtype=None):
+_EXPECTED = {"h": "array-like of real numbers (fields), shape [..., n]",
+             "J": "array-like of real numbers (couplings), shape [..., n, n]",
+             "beta": "a positive real number (the inverse temperature)",
+             "spins": "array-like of real numbers (±1 spins), shape [..., n]",
+             "mask": "a boolean array (True = active spin), shape [..., n]"}
+
+
+def _as_array(name, x, dtype=None):
+    """``jnp.asarray(x)`` with messages that name the argument."""
+    what = _EXPECTED.get(name, "array-like")
+    if x is None:
+        raise IsingTypeError(f"{name} must be {what}; got None. Pass a value (or leave the argument out for its default).")
     try:
-        x = jnp.asarray(x) if dtype is None else jnp.asarray(x, dtype=dtype)
+        return jnp.asarray(x) if dtype is None else jnp.asarray(x, dtype=dtype)
     except TypeError as e:  # e.g. a list of strings
-        raise IsingTypeError(f"{name} must be array-like of real numbers; got {type(x).__name__} ({e}).") from None
+        raise IsingTypeError(f"{name} must be {what}; got {type(x).__name__} ({e}).") from None
+    except ValueError as e:  # e.g. nested lists of unequal lengths
+        ragged = "inhomogeneous" in str(e) or "sequence" in str(e)
+        raise IsingInputError(
+            f"{name} must be {what}" + ("; got a ragged nested sequence (rows of unequal length)"
+                                        if ragged else f"; got {type(x).__name__} that is not an array")
+            + f" ({e}). Give every row the same length."
+        ) from None
+
+
+def _as_float(name, x, dtype=None):
+    x = _as_array(name, x, dtype)
     if jnp.issubdtype(x.dtype, jnp.complexfloating):
         raise IsingTypeError(f"{name} must be real, got dtype {x.dtype}. Pass the real part if that is what you mean.")
     if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -61,6 +83,7 @@ class IsingModel(eqx.Module):
     labels: Optional[tuple] = eqx.field(static=True, default=None)
 
     def __init__(self, h, J, beta=1.0, mask=None, *, causal: bool = False, labels=None):
+        given = {"h": h, "J": J, "beta": beta}  # as passed, to explain a cast that overflows
         h = _as_float("h", h)
         J = _as_float("J", J)
         dtype = jnp.result_type(h.dtype, J.dtype)
@@ -69,6 +92,11 @@ class IsingModel(eqx.Module):
         if h.ndim < 1:
             raise IsingInputError(f"h must have shape [..., n]; got a scalar. Wrap it: h=[{h}].")
         n = h.shape[-1]
+        if n == 0:
+            raise IsingInputError(
+                f"an Ising model needs at least one spin; got h of shape {h.shape} (n = 0). Give h at least one "
+                "field per model (a model without spins has no distribution to sample)."
+            )
         if J.ndim < 2 or J.shape[-2:] != (n, n):
             raise IsingInputError(
                 f"J must have shape [..., n, n] with n = h.shape[-1] = {n}; got J.shape = {J.shape}. "
@@ -77,7 +105,7 @@ class IsingModel(eqx.Module):
         if beta.ndim != 0:
             raise IsingInputError(f"beta must be a scalar; got shape {beta.shape}. Use one model per temperature.")
         if mask is not None:
-            mask = jnp.asarray(mask)
+            mask = _as_array("mask", mask)
             if mask.dtype != jnp.bool_:
                 raise IsingTypeError(f"mask must be boolean (True = active spin); got dtype {mask.dtype}. Use mask.astype(bool).")
             if mask.ndim < 1 or mask.shape[-1] != n:
@@ -99,10 +127,21 @@ class IsingModel(eqx.Module):
                 "Give h the shape [..., n_queries=n, n]."
             )
         if labels is not None:
-            labels = tuple(labels)
+            try:
+                labels = tuple(labels)
+            except TypeError:
+                raise IsingTypeError(f"labels must be a sequence of {n} distinct hashables; got {type(labels).__name__}.") from None
+            for i, v in enumerate(labels):
+                try:
+                    hash(v)
+                except TypeError:
+                    raise IsingTypeError(
+                        f"labels must be hashable (ints, strings, tuples, ...); labels[{i}] = {v!r} is a "
+                        f"{type(v).__name__}. Use tuples instead of lists, e.g. labels=[tuple(v) for v in labels]."
+                    ) from None
             if len(labels) != n or len(set(labels)) != n:
                 raise IsingInputError(f"labels must be {n} distinct hashables; got {len(labels)} ({len(set(labels))} distinct).")
-        h, J, beta = _validate_values(h, J, beta)
+        h, J, beta = _validate_values(h, J, beta, given)
         self.h, self.J, self.beta, self.mask = h, J, beta, mask
         self.causal, self.labels = causal, labels
 
@@ -219,12 +258,15 @@ class IsingModel(eqx.Module):
         if bqm.vartype is dimod.BINARY:
             bqm = bqm.change_vartype(dimod.SPIN, inplace=False)
         labels = list(bqm.variables)
+        if not labels:
+            raise IsingInputError("from_bqm: the BQM has no variables; an Ising model needs at least one spin. "
+                                  "Add variables to it (bqm.add_variable(v, bias)) before converting.")
         pos = {v: i for i, v in enumerate(labels)}
         n = len(labels)
-        h = np.array([-bqm.get_linear(v) for v in labels], dtype=np.float64)
+        h = np.array([_real(f"from_bqm: the linear bias of {v!r}", -bqm.get_linear(v)) for v in labels], dtype=np.float64)
         J = np.zeros((n, n))
         for (u, v), b in bqm.quadratic.items():
-            J[pos[u], pos[v]] = J[pos[v], pos[u]] = -b
+            J[pos[u], pos[v]] = J[pos[v], pos[u]] = -_real(f"from_bqm: the quadratic bias of ({u!r}, {v!r})", b)
         return cls(h, J, beta=beta, labels=labels)
 
     def to_networkx(self, index=None):
@@ -247,24 +289,67 @@ class IsingModel(eqx.Module):
         """Build a model from a graph with node attribute ``h`` (default 0) and edge
         attribute ``J`` (required). Node order gives spin order; labels are kept."""
         labels = list(G.nodes)
+        if not labels:
+            raise IsingInputError("from_networkx: the graph has no nodes; an Ising model needs at least one spin. "
+                                  "Add nodes (G.add_node(v, h=field)) before converting.")
         pos = {v: i for i, v in enumerate(labels)}
         n = len(labels)
-        h = np.array([float(G.nodes[v].get("h", 0.0)) for v in labels])
+        h = np.array([_real(f"from_networkx: node {v!r} attribute 'h'", G.nodes[v].get("h", 0.0)) for v in labels])
         J = np.zeros((n, n))
         for u, v, d in G.edges(data=True):
             if u == v:
                 raise IsingInputError(f"self-loop on node {u!r}: Ising couplings need two distinct spins. Remove it.")
             if "J" not in d:
                 raise IsingInputError(f"edge ({u!r}, {v!r}) has no 'J' attribute. Set G.edges[u, v]['J'] = coupling.")
-            J[pos[u], pos[v]] = J[pos[v], pos[u]] = float(d["J"])
+            J[pos[u], pos[v]] = J[pos[v], pos[u]] = _real(f"from_networkx: edge ({u!r}, {v!r}) attribute 'J'", d["J"])
         if beta is None:
             beta = G.graph.get("beta", 1.0)
         return cls(h, J, beta=beta, labels=labels)
 
 
-def _validate_values(h, J, beta):
+def _real(what: str, x) -> float:
+    """``float(x)`` for one bias read from a BQM or graph, with a message naming it."""
+    if isinstance(x, (str, bytes, complex, np.complexfloating)) or x is None:
+        raise IsingTypeError(f"{what} must be a real number; got {type(x).__name__} {x!r}. Store biases as floats.")
+    try:
+        return float(x)
+    except (TypeError, ValueError) as e:
+        raise IsingTypeError(f"{what} must be a real number; got {type(x).__name__} {x!r} ({e}). Store biases as floats.") from None
+
+
+def _cast_detail(name, given, cast) -> str:
+    """Why a finite (or positive) input became inf (or 0): a cast to a narrower float dtype
+    (x64 disabled, or beta cast to the dtype of h and J). Empty if that is not the cause."""
+    if given is None or _is_traced(given):
+        return ""
+    try:
+        raw = np.asarray(given, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return ""
+    out = np.asarray(cast)
+    with np.errstate(invalid="ignore", over="ignore"):
+        over = np.isfinite(raw) & ~np.isfinite(out)
+        under = (raw > 0) & (out == 0) if name == "beta" else np.zeros((), bool)
+    if not (np.any(over) or np.any(under)):
+        return ""
+    fin = jnp.finfo(out.dtype)
+    if np.any(over):
+        what = (f" {name} is finite as given (largest |{name}| = {float(np.max(np.abs(raw[over]))):.3g}) but overflows "
+                f"to inf when cast to {out.dtype} (largest finite {float(fin.max):.3g})")
+    else:
+        what = f" {name} = {float(np.max(raw)):.3g} is positive as given but underflows to 0 when cast to {out.dtype}"
+    why = (" (the dtype of h and J)" if name == "beta" else "") + "."
+    return (what + why + f" Rescale {name} (the distribution depends on beta·h and beta·J only), or compute in a wider "
+            "dtype: float64 arrays for h and J with jax.config.update('jax_enable_x64', True).")
+
+
+def _validate_values(h, J, beta, given=None):
     """Finite values, symmetric zero-diagonal J, positive beta: in numpy when concrete
-    (no compilation per new shape), with ``equinox.error_if`` when traced."""
+    (no compilation per new shape), with ``equinox.error_if`` when traced.
+
+    ``given``: the arguments as passed (``{"h": ..., "J": ..., "beta": ...}``), used only to
+    explain a failure caused by a narrowing float cast."""
+    given = given or {}
     traced = _is_traced(h, J, beta)
     xp = jnp if traced else np
     hh, JJ, bb = (h, J, beta) if traced else (np.asarray(h), np.asarray(J), np.asarray(beta))
@@ -272,27 +357,31 @@ def _validate_values(h, J, beta):
         scale = xp.maximum(xp.max(xp.abs(JJ), initial=0.0), 1.0)
         asym_size = xp.max(xp.abs(JJ - xp.swapaxes(JJ, -1, -2)), initial=0.0)
     checks = [
-        (~xp.all(xp.isfinite(hh)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
-        (~xp.all(xp.isfinite(JJ)), "J contains NaN or inf; couplings must be finite."),
-        (asym_size > SYMMETRY_RTOL * scale,
+        ("h", ~xp.all(xp.isfinite(hh)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
+        ("J", ~xp.all(xp.isfinite(JJ)), "J contains NaN or inf; couplings must be finite."),
+        ("J", asym_size > SYMMETRY_RTOL * scale,
          f"J must be symmetric (|J - Jᵀ| ≤ {SYMMETRY_RTOL:g}·max|J|). Symmetrize it: J = (J + J.swapaxes(-1, -2)) / 2."),
-        (xp.any(xp.diagonal(JJ, axis1=-2, axis2=-1) != 0),
+        ("J", xp.any(xp.diagonal(JJ, axis1=-2, axis2=-1) != 0),
          "J must have a zero diagonal (s_j² = 1 makes it a constant). Zero it: J = J * (1 - eye(n))."),
-        (~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."),
+        ("beta", ~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."),
     ]
     if traced:
-        # The checks hang off a scalar that h then depends on: error_if pins its
-        # operand to one device, and pinning h itself would gather a sharded batch.
+        # Every field carries every check, so a jitted function that reads only beta (or
+        # only J) of an invalid model raises too. The checks hang off a scalar that each
+        # field then depends on: error_if pins its operand to one device, and pinning h
+        # itself would gather a sharded batch.
         ok = jnp.zeros((), jnp.result_type(h))
-        for bad, msg in checks:
+        for _, bad, msg in checks:
             ok = eqx.error_if(ok, bad, msg)
-        return h + ok, J, beta
-    for bad, msg in checks:
+        return h + ok, J + ok, beta + ok
+    for name, bad, msg in checks:
         if bool(bad):
             detail = ""
             if "symmetric" in msg:
                 detail = f" Largest asymmetry: {float(asym_size):.3g}."
-            elif "beta" in msg:
+            elif name == "beta":
                 detail = f" Got beta = {float(bb)}."
+            if "NaN or inf" in msg or name == "beta":
+                detail += _cast_detail(name, given.get(name), {"h": hh, "J": JJ, "beta": bb}[name])
             raise IsingInputError(msg + detail)
     return h, J, beta

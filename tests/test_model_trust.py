@@ -1,0 +1,193 @@
+"""Bad models are refused at construction with messages that name the argument (issue 10).
+
+* A model without spins (``n = 0``), from arrays, an empty BQM or an empty graph, is an
+  ``IsingInputError`` at construction instead of a ZeroDivisionError in an engine.
+* Under ``jit`` every field carries the model's validation, so a function that reads
+  only ``beta`` or only ``J`` of an invalid model raises instead of returning it.
+* ``beta=None``, ragged nested lists, unhashable labels, non-numeric BQM/graph biases and
+  a finite input that overflows when cast to float32 get messages naming the argument.
+"""
+
+import warnings
+
+import dimod
+import jax
+import jax.numpy as jnp
+import networkx as nx
+import numpy as np
+import pytest
+
+from isingattn import IsingModel
+from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.inference import Exact
+
+N = 3
+H0, J0 = np.zeros(N), np.zeros((N, N))
+
+
+# ---- n = 0 ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: IsingModel(np.zeros(0), np.zeros((0, 0))),
+        lambda: IsingModel(np.zeros((4, 0)), np.zeros((0, 0))),  # a batch of empty models
+        lambda: IsingModel([], [[]]),
+        lambda: IsingModel.from_bqm(dimod.BinaryQuadraticModel(dimod.SPIN)),
+        lambda: IsingModel.from_networkx(nx.Graph()),
+    ],
+    ids=["arrays", "batched", "lists", "empty bqm", "empty graph"],
+)
+def test_model_without_spins_is_refused_at_construction(build):
+    with pytest.raises(IsingInputError, match="at least one spin"):
+        build()
+
+
+def test_one_spin_is_still_a_model():
+    # the smallest valid model: <s> = tanh(beta h) in closed form
+    m = IsingModel([0.7], [[0.0]], beta=1.3)
+    assert m.n == 1
+    np.testing.assert_allclose(Exact().marginals(m).mean, [np.tanh(1.3 * 0.7)], rtol=1e-12)
+
+
+# ---- validation under jit does not depend on h being used ---------------------------------
+
+
+def _raises_at_runtime(f, *args, match):
+    with pytest.raises(Exception, match=match) as info:
+        jax.block_until_ready(f(*args))
+    assert isinstance(info.value, (RuntimeError, ValueError))
+
+
+@pytest.mark.parametrize("beta", [-1.0, 0.0, np.nan, np.inf])
+def test_jit_reading_only_beta_of_a_bad_beta_raises(beta):
+    f = jax.jit(lambda h, J, b: IsingModel(h, J, b).beta)
+    assert float(f(jnp.zeros(N), jnp.zeros((N, N)), 2.0)) == 2.0  # a valid model passes through unchanged
+    _raises_at_runtime(f, jnp.zeros(N), jnp.zeros((N, N)), beta, match="beta must be a finite positive")
+
+
+@pytest.mark.parametrize(
+    "J,match",
+    [
+        (np.triu(np.ones((N, N)), 1), "J must be symmetric"),
+        (np.eye(N), "J must have a zero diagonal"),
+        (np.where(np.eye(N) == 0, np.nan, 0.0), "J contains NaN or inf"),
+        (np.where(np.eye(N) == 0, np.inf, 0.0), "J contains NaN or inf"),
+    ],
+    ids=["asymmetric", "diagonal", "nan", "inf"],
+)
+def test_jit_reading_only_J_of_a_bad_J_raises(J, match):
+    f = jax.jit(lambda h, J, b: IsingModel(h, J, b).J)
+    good = np.array([[0.0, 0.5, 0.0], [0.5, 0.0, -1.0], [0.0, -1.0, 0.0]])
+    np.testing.assert_array_equal(f(jnp.zeros(N), good, 1.0), good)
+    _raises_at_runtime(f, jnp.zeros(N), jnp.asarray(J), 1.0, match=match)
+
+
+def test_jit_reading_one_field_sees_the_other_fields_checks():
+    # every field carries every check: an invalid h is caught through beta or J as well
+    bad_h = jnp.array([np.nan, 0.0, 0.0])
+    for read in (lambda m: m.beta, lambda m: m.J, lambda m: m.h):
+        f = jax.jit(lambda h, J, b: read(IsingModel(h, J, b)))
+        _raises_at_runtime(f, bad_h, jnp.zeros((N, N)), 1.0, match="h contains NaN or inf")
+    g = jax.jit(lambda h, J, b: IsingModel(h, J, b).J)
+    _raises_at_runtime(g, jnp.zeros(N), jnp.zeros((N, N)), -2.0, match="beta must be a finite positive")
+
+
+def test_jit_model_fields_are_unchanged_when_valid():
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(2, N))
+    A = rng.normal(size=(N, N))
+    J = np.triu(A, 1) + np.triu(A, 1).T
+    m = jax.jit(lambda h, J, b: IsingModel(h, J, b))(h, J, 0.7)
+    np.testing.assert_array_equal(m.h, h)
+    np.testing.assert_array_equal(m.J, J)
+    assert float(m.beta) == 0.7
+    # and gradients through every field are the plain ones: d(beta E)/d beta = E
+    s = np.array([1.0, -1.0, 1.0])
+    gb = jax.grad(lambda b: jnp.sum(b * IsingModel(h, J, b).energy(s)))(0.7)
+    E = -h @ s - 0.5 * s @ J @ s
+    np.testing.assert_allclose(gb, E.sum(), rtol=1e-12)
+
+
+# ---- constructor messages name the argument -----------------------------------------------
+
+
+BAD = [
+    ("beta None", dict(h=H0, J=J0, beta=None), IsingTypeError, r"^beta must be .*got None"),
+    ("h None", dict(h=None, J=J0), IsingTypeError, r"^h must be .*got None"),
+    ("ragged h", dict(h=[[1.0, 2.0], [3.0]], J=np.zeros((2, 2))), IsingInputError, r"^h must be .*ragged"),
+    ("ragged J", dict(h=[1.0, 2.0], J=[[0.0, 1.0], [1.0]]), IsingInputError, r"^J must be .*ragged"),
+    ("ragged mask", dict(h=[1.0, 2.0], J=np.zeros((2, 2)), mask=[[True], [True, False]]), IsingInputError,
+     r"^mask must be .*ragged"),
+    ("unhashable labels", dict(h=[1.0, 2.0], J=np.zeros((2, 2)), labels=[[1], [2]]), IsingTypeError,
+     r"^labels must be hashable.*labels\[0\] = \[1\].*tuples"),
+    ("labels not iterable", dict(h=[1.0, 2.0], J=np.zeros((2, 2)), labels=5), IsingTypeError, r"^labels must be a sequence"),
+    ("beta string", dict(h=H0, J=J0, beta="1"), IsingTypeError, r"^beta must be a positive real number"),
+    # x64 is on in the tests, so this is the float32 cast the constructor itself makes:
+    # beta follows the dtype of h and J
+    ("beta overflows float32", dict(h=np.ones(N, np.float32), J=np.zeros((N, N), np.float32), beta=1e39), IsingInputError,
+     r"^beta must be .*beta is finite as given .*1e\+39.* overflows to inf when cast to float32"),
+    ("beta underflows float32", dict(h=np.ones(N, np.float32), J=np.zeros((N, N), np.float32), beta=1e-50), IsingInputError,
+     r"^beta must be .*underflows to 0 when cast to float32"),
+    ("beta overflows float16", dict(h=np.ones(N, np.float16), J=np.zeros((N, N), np.float16), beta=1e5), IsingInputError,
+     r"overflows to inf when cast to float16"),
+]
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_constructor_messages_name_the_argument(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        IsingModel(**kwargs)
+
+
+def test_genuine_nonfinite_input_keeps_the_plain_message():
+    # inf as given is not a cast problem: no overflow explanation
+    with pytest.raises(IsingInputError, match="h contains NaN or inf") as info:
+        IsingModel(np.array([np.inf, 0.0, 0.0]), J0)
+    assert "cast" not in str(info.value)
+    with pytest.raises(IsingInputError, match="beta must be a finite positive") as info:
+        IsingModel(np.ones(N, np.float32), np.zeros((N, N), np.float32), beta=np.inf)
+    assert "cast" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["h", "J"])
+def test_float64_input_that_overflows_float32_with_x64_disabled(name):
+    # With x64 off, float64 arrays are cast to float32: 1e39 is finite as given but inf after
+    h = np.array([1e39, 0.0]) if name == "h" else np.zeros(2)
+    J = np.array([[0.0, 1e39], [1e39, 0.0]]) if name == "J" else np.zeros((2, 2))
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # JAX notes that float64 is truncated, numpy that the cast overflows
+        with pytest.raises(IsingInputError, match=rf"^{name} contains NaN or inf.*{name} is finite as given .*"
+                                                  r"overflows to inf when cast to float32.*jax_enable_x64"):
+            IsingModel(h, J)
+        m = IsingModel(np.array([3e38, 0.0]), np.zeros((2, 2)))  # the float32 range itself is fine
+        assert m.h.dtype == jnp.float32 and float(m.h[0]) == pytest.approx(3e38, rel=1e-6)
+
+
+def test_from_networkx_non_numeric_attributes_name_the_node_or_edge():
+    G = nx.Graph()
+    G.add_node("a", h="up")
+    G.add_node("b", h=0.5)
+    G.add_edge("a", "b", J=1.0)
+    with pytest.raises(IsingTypeError, match=r"node 'a' attribute 'h' must be a real number; got str 'up'"):
+        IsingModel.from_networkx(G)
+    G.nodes["a"]["h"] = 0.1
+    G.edges["a", "b"]["J"] = 1 + 2j
+    with pytest.raises(IsingTypeError, match=r"edge \('a', 'b'\) attribute 'J' must be a real number; got complex"):
+        IsingModel.from_networkx(G)
+    G.edges["a", "b"]["J"] = [1.0]
+    with pytest.raises(IsingTypeError, match=r"edge \('a', 'b'\) attribute 'J' must be a real number; got list"):
+        IsingModel.from_networkx(G)
+    # numeric strings are not numbers either; a valid graph still converts
+    G.edges["a", "b"]["J"] = -0.25
+    m = IsingModel.from_networkx(G)
+    np.testing.assert_array_equal(m.h, [0.1, 0.5])
+    np.testing.assert_array_equal(m.J, [[0.0, -0.25], [-0.25, 0.0]])
+
+
+def test_from_networkx_graph_beta_none_names_beta():
+    G = nx.Graph(beta=None)
+    G.add_node(0, h=1.0)
+    with pytest.raises(IsingTypeError, match=r"^beta must be .*got None"):
+        IsingModel.from_networkx(G, beta=None)
