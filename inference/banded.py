@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from isingattn import validate as V
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.inference.exact import LOST_MASS_TOL, spin_table
@@ -96,12 +97,11 @@ class Banded(Engine):
     path: str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
-        if self.path not in ("auto", "sweep"):
+        if not isinstance(self.path, str) or self.path not in ("auto", "sweep"):
             raise IsingInputError(f'path must be "auto" (blocked GEMMs where they apply) or "sweep"; got {self.path!r}.')
-        if not isinstance(self.bandwidth, (int, np.integer)) or not 1 <= self.bandwidth <= MAX_BANDWIDTH:
-            raise IsingInputError(
-                f"bandwidth must be an integer in 1..{MAX_BANDWIDTH} (2^bandwidth states per spin); got {self.bandwidth!r}."
-            )
+        # 2^bandwidth states per spin: hence the upper bound
+        V.positive_int("bandwidth", self.bandwidth, owner="Banded", hi=MAX_BANDWIDTH)
+        V.boolean("corr", self.corr, owner="Banded")
 
     def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
         w = int(self.bandwidth)

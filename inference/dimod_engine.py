@@ -17,7 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from isingattn import prng
+from isingattn import validate as V
 from isingattn.engine import Engine, register
+from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
@@ -60,6 +63,7 @@ class DimodEngine(Engine):
     num_reads: int = eqx.field(static=True, default=256)
 
     def __init__(self, sampler=None, num_reads: int = 256, **sample_kwargs):
+        num_reads = V.positive_int("num_reads", num_reads, owner="DimodEngine")  # 0 reads: NaN marginals
         if sampler is None:
             try:
                 from dwave.samplers import SimulatedAnnealingSampler
@@ -68,13 +72,22 @@ class DimodEngine(Engine):
                                   "pip install dwave-samplers, or pass a sampler: DimodEngine(my_sampler).") from None
             sampler = SimulatedAnnealingSampler()
         if not hasattr(sampler, "sample"):
-            raise TypeError(f"sampler must be a dimod.Sampler (with .sample); got {type(sampler).__name__}.")
-        self.sampler, self.num_reads = sampler, int(num_reads)
+            raise IsingTypeError(f"sampler must be a dimod.Sampler (with .sample); got {type(sampler).__name__}.")
+        params = getattr(sampler, "parameters", None)
+        if isinstance(params, dict) and params:  # a sampler that lists its parameters: catch typos now
+            unknown = sorted(k for k in sample_kwargs if k not in params)
+            if unknown:
+                raise IsingInputError(f"DimodEngine: {type(sampler).__name__} has no parameter(s) {unknown}; its parameters "
+                                      f"are {sorted(params)}.")
+        self.sampler, self.num_reads = sampler, num_reads
         self.sample_kwargs = tuple(sorted(sample_kwargs.items()))
 
     def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
         if key is None:
             raise ValueError("DimodEngine samples: pass key=jax.random.PRNGKey(...) (it seeds the sampler).")
+        if not isinstance(model, IsingModel):
+            raise IsingTypeError(f"DimodEngine.marginals expects an IsingModel; got {type(model).__name__}.")
+        key = prng.check_key(key, owner="DimodEngine.marginals")
         batch, n, S = model.batch_shape, model.n, self.num_reads
         size = int(np.prod(batch)) if batch else 1
         seeds = jax.random.randint(key, (size,), 0, 2**31 - 1)

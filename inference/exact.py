@@ -38,6 +38,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import logsumexp
 from jax.sharding import Mesh, PartitionSpec as P
 
+from isingattn import validate as V
 from isingattn.causal import by_prefix
 from isingattn.energy import cross_energy, energy
 from isingattn.engine import Engine, register
@@ -84,6 +85,8 @@ class Exact(Engine):
     mesh: Optional[Mesh] = eqx.field(static=True, default=None)
 
     def __check_init__(self):
+        V.positive_int("max_n", self.max_n, owner="Exact")
+        V.boolean("corr", self.corr, owner="Exact")
         if self.mesh is not None and not isinstance(self.mesh, Mesh):
             raise IsingInputError(
                 f"mesh must be a jax.sharding.Mesh (e.g. isingattn.sharding.data_mesh()) or None; got {type(self.mesh).__name__}."

@@ -59,6 +59,7 @@ import numpy as np
 from jax import lax
 
 from isingattn import prng
+from isingattn import validate as V
 from isingattn.causal import by_prefix
 from isingattn.energy import energy, local_field, local_field_rows
 from isingattn.engine import Engine, register
@@ -382,17 +383,22 @@ def _is_constant(x):
     return jnp.all(x == x[:1, :1], axis=(0, 1))
 
 
-def split_gelman_rubin(x):
+def split_gelman_rubin(x, known=None):
     """Split R-hat of ``x [C, N, ...]`` (chains, draws, ...) -> ``[...]``, in JAX.
 
     Same estimator as ``numpyro.diagnostics.split_gelman_rubin``; usable under jit.
-    Needs ``N >= 4``. Where every draw of every chain is identical (zero variance,
-    e.g. a masked spin) it returns 1 instead of NaN: such a quantity is known exactly.
+    Needs ``N >= 4``. Where every draw of every chain is identical (zero variance) the
+    estimator is 0/0. ``known [...]`` (bool, broadcast) says where such a constant is
+    known exactly (e.g. a masked spin): there it returns 1; elsewhere NaN, since chains
+    that never moved say nothing about mixing. ``known=None`` treats every constant as
+    known (1).
     """
     x = jnp.asarray(x)
     if x.ndim < 2 or x.shape[1] < 4:
         raise IsingInputError(f"split R-hat needs x [chains, draws >= 4, ...]; got shape {x.shape}.")
     const = _is_constant(x)
+    if known is not None:  # an unexplained constant: no R-hat (NaN fails every threshold)
+        return jnp.where(const & ~known, jnp.nan, split_gelman_rubin(x))
     half = x.shape[1] // 2
     x = jnp.concatenate([x[:, :half], x[:, -half:]], axis=0)
     var_within, var_estimator = _chain_variance_stats(x)
@@ -413,16 +419,19 @@ def _fft_next_fast_len(target: int) -> int:
         target += 1
 
 
-def effective_sample_size(x):
+def effective_sample_size(x, known=None):
     """ESS of ``x [C, N, ...]`` (chains, draws, ...) -> ``[...]``, in JAX.
 
     Same estimator as ``numpyro.diagnostics.effective_sample_size`` (Geyer's
     initial monotone sequence on the FFT autocovariance, Stan's multi-chain
-    ``rho``); usable under jit. Zero-variance quantities get ``C·N``.
+    ``rho``); usable under jit. Zero-variance quantities get ``C·N`` where ``known``
+    (as in :func:`split_gelman_rubin`; ``None``: everywhere) and NaN elsewhere.
     """
     x = jnp.asarray(x)
     if x.ndim < 2 or x.shape[1] < 2:
         raise IsingInputError(f"ESS needs x [chains, draws >= 2, ...]; got shape {x.shape}.")
+    if known is not None:
+        return jnp.where(_is_constant(x) & ~known, jnp.nan, effective_sample_size(x))
     C, N = x.shape[:2]
     xt = jnp.moveaxis(x, 1, -1)  # [C, ..., N]
     c = xt - xt.mean(-1, keepdims=True)
@@ -597,6 +606,7 @@ class IsingGibbsKernel(MCMCKernel):
 
     def _init_one(self, key, init):
         m = self.ising_model
+        key = prng.check_key(key, owner="IsingGibbsKernel")  # any key impl; threefry keys unchanged
         state, k = _chain_init(key, self._shape(), m.active(), m.dtype)
         if init is not None:
             s = jnp.broadcast_to(jnp.asarray(init, m.dtype), self._shape())
@@ -668,8 +678,14 @@ class Gibbs(Engine):
     * ``r_hat``, ``ess``, ``mcse`` ``[*batch, n]`` (with ``diagnostics``): split
       R-hat and ESS (numpyro's estimators, computed in JAX so they work under
       jit), and the Monte Carlo standard error ``std / sqrt(ess)`` of each mean.
-      Inactive spins report ``r_hat = 1``, ``ess = chains·draws``, ``mcse = 0``.
-    * ``converged [*batch]``: every spin has ``r_hat < rhat_threshold``. When
+      Inactive spins, and spins pinned by a field that outweighs all their couplings
+      (:func:`_known_spins`), report ``r_hat = 1``, ``ess = chains·draws``, ``mcse = 0``.
+    * ``frozen [*batch, n]`` (with ``diagnostics``): any other active spin that never
+      changed in any draw of any chain. It gets ``r_hat = ess = mcse = NaN``: chains
+      that never move are no evidence of mixing (e.g. ``|J| = 1e3``, all chains stuck
+      in one state), whatever the dtype.
+    * ``converged [*batch]``: every spin has ``r_hat < rhat_threshold`` (so no spin
+      is frozen). When
       values are concrete a ``RuntimeWarning`` names the failures.
 
     Works inside ``jax.jit``/``grad`` (e.g. in ``boltzmann_attention`` while
@@ -687,13 +703,15 @@ class Gibbs(Engine):
     rao_blackwell: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
-        for name in ("num_warmup", "num_samples", "num_chains", "thin"):
-            v = getattr(self, name)
-            lo = 0 if name == "num_warmup" else 1
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-                raise IsingInputError(f"Gibbs: {name} must be an integer ≥ {lo}; got {v!r}.")
-        if self.schedule not in SCHEDULES:
-            raise IsingInputError(f"Gibbs: schedule must be one of {SCHEDULES}; got {self.schedule!r}.")
+        o = "Gibbs"
+        V.nonneg_int("num_warmup", self.num_warmup, owner=o)
+        for name in ("num_samples", "num_chains", "thin"):
+            V.positive_int(name, getattr(self, name), owner=o)
+        V.choice("schedule", self.schedule, SCHEDULES, owner=o)
+        for name in ("diagnostics", "rao_blackwell"):
+            V.boolean(name, getattr(self, name), owner=o)
+        # R-hat is ≥ 1 up to noise: a threshold ≤ 1 could never be met
+        V.float_in("rhat_threshold", self.rhat_threshold, 1.0, owner=o, lo_open=True)
         draws = self.num_samples // self.thin
         need = 4 if self.diagnostics else 1
         if draws < need:
@@ -707,6 +725,7 @@ class Gibbs(Engine):
             raise IsingInputError("Gibbs is a sampling engine and needs a PRNG key: marginals(model, key=jax.random.key(0)).")
         if not isinstance(model, IsingModel):
             raise IsingInputError(f"Gibbs.marginals expects an IsingModel; got {type(model).__name__}.")
+        key = prng.check_key(key, owner="Gibbs.marginals")
         classes = schedule_classes(self.schedule, model.J, self.colors)
         # Only what shapes the computation is static: a dense 'colored' run shares the
         # compiled program of the systematic one.
@@ -717,22 +736,46 @@ class Gibbs(Engine):
                 cl = None if classes is None else tuple(c for c in (tuple(i for i in c if i < sub.n) for c in classes) if c)
                 return _gibbs_marginals(sub, k, config(cl))
 
-            out = by_prefix(solve, model, key, spin_info=("r_hat", "ess", "mcse"))
+            out = by_prefix(solve, model, key, spin_info=("r_hat", "ess", "mcse", "frozen"))
         else:
             out = _gibbs_marginals(model, key, config(classes))
         conv = out.info.get("converged")
         if conv is not None and not isinstance(conv, jax.core.Tracer):
             bad = ~np.asarray(conv)
             if bad.any():
-                worst = float(np.nanmax(np.asarray(out.info["r_hat"])))
+                r = np.asarray(out.info["r_hat"])
+                r = r[~np.isnan(r)]
+                worst = float(r.max()) if r.size else float("nan")
+                frozen = int(np.asarray(out.info["frozen"]).sum())
+                stuck = (f" {frozen} active spin(s) never changed in any chain (frozen: no R-hat, NaN); their "
+                         "marginals are not estimates." if frozen else "")
                 warnings.warn(
                     f"Gibbs: {int(bad.sum())} of {bad.size} models have a spin with split R-hat ≥ {self.rhat_threshold} "
-                    f"(worst {worst:.3g}): the chains have not mixed. Raise num_warmup/num_samples, or use more chains; "
-                    "see info['converged'], info['r_hat'].",
+                    f"or undefined (worst defined {worst:.3g}): the chains have not mixed.{stuck} Raise "
+                    "num_warmup/num_samples, use more chains, or (strong couplings) another engine; see "
+                    "info['converged'], info['r_hat'], info['frozen'], info['flip_rate'].",
                     RuntimeWarning,
                     stacklevel=2,
                 )
         return out
+
+
+def _known_spins(model: IsingModel, h, J, beta, draws, num_draws: int):
+    """``[*batch, n]``: spins whose constant draws are the right answer without any
+    mixing: inactive spins (held at 0), and spins pinned by their own field, where
+    ``|h_i| > Σ_k |J_ik|`` so strongly that ``P(s_i ≠ sign h_i) ≤ (1 - tanh(β(|h_i| -
+    Σ_k |J_ik|))) / 2 ≤ 1 / (2·num_draws)`` in every state of the rest, and every draw
+    has ``s_i = sign h_i``. Any other spin that never changed is frozen: its chains
+    did not move, so they are no evidence of convergence."""
+    batch_n = draws.shape[2:]
+    act = model.active()
+    inactive = jnp.zeros(batch_n, bool) if act is None else ~jnp.broadcast_to(act, batch_n)
+    coupling = (jnp.sum(jnp.abs(J), axis=-1) if act is None  # inactive spins (0) exert no field
+                else jnp.einsum("...ik,...k->...i", jnp.abs(J), act.astype(J.dtype)))
+    margin = jnp.abs(h) - coupling
+    pinned = (margin > 0) & (1 - jnp.tanh(beta * margin) <= 1.0 / num_draws)
+    right_sign = draws[0, 0] * jnp.sign(h) > 0
+    return inactive | (jnp.broadcast_to(pinned, batch_n) & right_sign)
 
 
 @eqx.filter_jit
@@ -749,14 +792,16 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     C, D = draws.shape[:2]
     info = {"flip_rate": jnp.moveaxis(rates, 0, -1)}
     if diagnostics:
-        rhat = split_gelman_rubin(draws)  # [*batch, n]
-        ess = effective_sample_size(draws)
+        known = _known_spins(model, h, J, beta, draws, C * D)  # [*batch, n]
+        rhat = split_gelman_rubin(draws, known)  # [*batch, n]; NaN for a frozen spin
+        ess = effective_sample_size(draws, known)
         var = draws.reshape((C * D,) + draws.shape[2:]).var(0)
         info.update(
             r_hat=rhat.astype(dtype),
             ess=ess.astype(dtype),
             mcse=jnp.sqrt(var / ess).astype(dtype),
-            converged=jnp.all(rhat < rhat_threshold, axis=-1),
+            frozen=_is_constant(draws) & ~known,
+            converged=jnp.all(rhat < rhat_threshold, axis=-1),  # NaN (frozen) counts as not converged
         )
     samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(batch + (C * D, n))  # chain-major
     return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell)

@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from isingattn import validate as V
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.marginals import Marginals
@@ -56,6 +57,14 @@ from isingattn.model import IsingModel
 
 METHODS = ("naive", "tap", "bp")
 EPS_FLOOR = 64  # tol never goes below EPS_FLOOR·eps(dtype) (7.6e-6 in float32), so float32 can converge
+
+
+def compute_dtype(dtype):
+    """The dtype the fixed point is solved in: float32 for 16-bit floats (whose 64·eps
+    floor, 0.5 in bfloat16, would stop the iteration at its start ``tanh(βh)``, ignoring
+    ``J``), else the model's own."""
+    dtype = jnp.dtype(dtype)
+    return jnp.dtype(jnp.float32) if jnp.finfo(dtype).bits < 32 else dtype
 
 
 class MeanFieldConvergenceWarning(RuntimeWarning):
@@ -74,7 +83,10 @@ class MeanField(Engine):
         max_iter: iteration cap (forward pass, and each tangent/adjoint solve).
         tol: convergence threshold on a model's residual, its largest undamped update
             ``max |F(x) - x| / max(1, max |x|)`` (absolute for the magnetizations of
-            naive/TAP, relative for BP messages); floored at ``64·eps`` of the dtype.
+            naive/TAP, relative for BP messages); floored at ``64·eps`` of the dtype it
+            is solved in. float16/bfloat16 models are solved in float32 (their own
+            ``64·eps`` would end the iteration at its start) and the results rounded
+            to the model's dtype; ``residual`` is that of the float32 solution.
         corr: also return ``corr [..., n, n]``: for BP the Bethe pair correlations
             ``tanh(βJ_ik + atanh(tanh(βc_{i\\k}) tanh(βc_{k\\i})))`` (``m_i m_k`` where
             ``J_ik = 0``); for naive/TAP the linear-response estimate
@@ -82,7 +94,8 @@ class MeanField(Engine):
 
     Returns ``Marginals(mean [..., n], corr, info)`` with ``info`` holding, per model of
     the batch: ``iterations`` (int, updates applied), ``residual`` (the final one, as
-    defined under ``tol``) and ``converged`` (bool, ``residual ≤ tol``). When the flags
+    defined under ``tol``, of the state returned, so a stop at ``max_iter`` reports
+    the true residual) and ``converged`` (bool, ``residual ≤ tol``). When the flags
     are concrete (eager calls, also under ``jax.grad``) and a model did not converge, a
     :class:`MeanFieldConvergenceWarning` is issued; under ``jit`` only the flag reports it.
 
@@ -100,16 +113,13 @@ class MeanField(Engine):
     corr: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
+        o = "MeanField"
         if self.method not in METHODS:
             raise IsingInputError(f"method must be one of {METHODS}; got {self.method!r}. E.g. MeanField(method='tap').")
-        if not (isinstance(self.damping, (int, float)) and 0 <= self.damping < 1):
-            raise IsingInputError(
-                f"damping must be a number in [0, 1) (x ← damping·x + (1 - damping)·F(x)); got {self.damping!r}."
-            )
-        if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
-            raise IsingInputError(f"max_iter must be a positive int; got {self.max_iter!r}.")
-        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
-            raise IsingInputError(f"tol must be a positive number; got {self.tol!r}.")
+        V.float_in("damping", self.damping, 0.0, 1.0, owner=o, hi_open=True)
+        V.positive_int("max_iter", self.max_iter, owner=o)
+        V.positive_float("tol", self.tol, owner=o)
+        V.boolean("corr", self.corr, owner=o)
 
     def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
         """Marginals of a (batched, masked, causal) model; ``key`` is ignored (deterministic)."""
@@ -123,7 +133,7 @@ class MeanField(Engine):
             warnings.warn(
                 f"MeanField(method={self.method!r}) did not converge for {int(jnp.sum(bad))} of {conv.size} model(s) "
                 f"within max_iter={self.max_iter}: largest residual {float(jnp.max(jnp.where(bad, res, 0))):.3g} "
-                f"> tol={self._tol(out.mean.dtype):g}. Raise max_iter, or raise damping towards 1 (now "
+                f"> tol={self._tol(compute_dtype(out.mean.dtype)):g}. Raise max_iter, or raise damping towards 1 (now "
                 f"{self.damping}) for hard (strongly coupled or frustrated) models; info['converged'] flags which ones.",
                 MeanFieldConvergenceWarning,
                 stacklevel=3,  # the caller, past equinox's bound-method wrapper
@@ -135,12 +145,13 @@ class MeanField(Engine):
 
     @eqx.filter_jit
     def _solve(self, model: IsingModel) -> Marginals:
-        dt = model.dtype
+        out_dt = model.dtype
+        dt = compute_dtype(out_dt)
         n = model.n
         batch = model.batch_shape
         act = model.active()
-        h, J = model.masked_parameters()
-        beta = model.beta
+        h, J = (x.astype(dt) for x in model.masked_parameters())
+        beta = model.beta.astype(dt)
         # Symmetrize and zero the diagonal: no-ops on valid input, but they make the
         # gradient with respect to J symmetric and zero on the diagonal, as Exact's is.
         J = (J + jnp.swapaxes(J, -1, -2)) / 2 * (1 - jnp.eye(n, dtype=dt))
@@ -171,7 +182,7 @@ class MeanField(Engine):
                 corr = jnp.where(act[..., :, None] & act[..., None, :], corr, 0.0)
 
         info = {"iterations": iters, "residual": res, "converged": res <= tol}
-        return Marginals(mean=mean, corr=corr, info=info)
+        return Marginals(mean=mean.astype(out_dt), corr=None if corr is None else corr.astype(out_dt), info=info)
 
     def _linear_response(self, model: IsingModel, mean):
         """``m mᵀ + (1/β) ∂m/∂h``: one jvp (tangent solve) per field index."""

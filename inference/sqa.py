@@ -67,6 +67,7 @@ import numpy as np
 from jax import lax
 
 from isingattn import prng
+from isingattn import validate as V
 from isingattn.causal import by_prefix
 from isingattn.energy import energy, local_field_rows
 from isingattn.energy import local_field as energy_local_field
@@ -296,14 +297,15 @@ def gamma_values(schedule, num_sweeps: int) -> np.ndarray:
 def _check_schedule(schedule):
     try:
         kind, gmax, gmin = schedule
-        gmax, gmin = float(gmax), float(gmin)
     except (TypeError, ValueError):
         raise IsingInputError(
             f"gamma_schedule must be a tuple (kind, gamma_max, gamma_min) with kind in {SCHEDULES}; got {schedule!r}. "
             "Example: ('linear', 3.0, 0.01)."
         ) from None
-    if kind not in SCHEDULES:
-        raise IsingInputError(f"gamma_schedule kind must be one of {SCHEDULES}; got {kind!r}.")
+    V.choice("gamma_schedule kind", kind, SCHEDULES, owner="SQA")
+    # numbers, not strings or bools (float("3") would pass them)
+    gmax = V.float_in("gamma_schedule gamma_max", gmax, owner="SQA")
+    gmin = V.float_in("gamma_schedule gamma_min", gmin, owner="SQA")
     if not (np.isfinite(gmax) and np.isfinite(gmin) and gmax >= gmin >= 0 and gmax > 0):
         raise IsingInputError(
             f"gamma_schedule needs finite gamma_max ≥ gamma_min ≥ 0 and gamma_max > 0; got ({gmax}, {gmin}). "
@@ -316,13 +318,10 @@ def _check_schedule(schedule):
 
 def check_config(*, num_sweeps, trotter, gamma_schedule, mode, num_reads, thermal_sweeps):
     """Raise ``IsingInputError``/``IsingTypeError`` for an invalid SQA configuration."""
-    for name, v, lo in (("num_sweeps", num_sweeps, 1), ("trotter", trotter, 1), ("num_reads", num_reads, 1),
-                        ("thermal_sweeps", thermal_sweeps, 0)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise IsingTypeError(f"{name} must be an int; got {type(v).__name__} ({v!r}).")
-        if v < lo:
-            raise IsingInputError(f"{name} must be ≥ {lo}; got {v}.")
-    if mode not in MODES:
+    for name, v in (("num_sweeps", num_sweeps), ("trotter", trotter), ("num_reads", num_reads)):
+        V.positive_int(name, v, owner="SQA")
+    V.nonneg_int("thermal_sweeps", thermal_sweeps, owner="SQA")
+    if not isinstance(mode, str) or mode not in MODES:
         raise IsingInputError(f"mode must be one of {MODES}; got {mode!r}. 'thermal' samples exp(-βE), 'anneal' searches ground states.")
     _check_schedule(gamma_schedule)
 
@@ -476,14 +475,17 @@ class SQA(Engine):
     def __check_init__(self):
         check_config(num_sweeps=self.num_sweeps, trotter=self.trotter, gamma_schedule=self.gamma_schedule,
                      mode=self.mode, num_reads=self.num_reads, thermal_sweeps=self.thermal_sweeps)
-        if self.beta is not None and not (isinstance(self.beta, (int, float)) and np.isfinite(self.beta) and self.beta > 0):
-            raise IsingInputError(f"beta must be None (use the model's β) or a finite positive number; got {self.beta!r}.")
+        if self.beta is not None:  # None: the model's β
+            V.positive_float("beta", self.beta, owner="SQA")
+        for name in ("global_moves", "rao_blackwell"):
+            V.boolean(name, getattr(self, name), owner="SQA")
 
     def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
         if key is None:
             raise ValueError("SQA is a sampling engine and needs a PRNG key: engine.marginals(model, key=jax.random.PRNGKey(0)).")
         if not isinstance(model, IsingModel):
             raise IsingTypeError(f"SQA.marginals expects an IsingModel; got {type(model).__name__}.")
+        key = prng.check_key(key, owner="SQA.marginals")  # any key impl; threefry keys unchanged
         if model.causal:  # inactive spins decouple: sample each prefix bucket on its own spins
             return by_prefix(lambda sub, k: self.marginals(sub, key=k), model, key)
         if self.beta is not None:

@@ -21,6 +21,7 @@ independent streams.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -28,7 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["threefry2x32", "split", "random_bits", "uniform", "logistic"]
+from isingattn.errors import IsingInputError, IsingTypeError
+
+__all__ = ["threefry2x32", "split", "random_bits", "uniform", "logistic", "check_key"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
@@ -60,8 +63,55 @@ def threefry2x32(k0, k1, x0, x1):
 def _key_words(key):
     kd = jax.random.key_data(key)  # uint32[..., 2] for raw and typed threefry keys
     if kd.shape[-1] != 2 or kd.dtype != jnp.uint32:
-        raise TypeError(f"isingattn.prng needs a threefry key (uint32 data [..., 2]); got key data {kd.dtype}{list(kd.shape)}.")
+        raise IsingTypeError(f"isingattn.prng needs a threefry key (uint32 data [..., 2]); got key data {kd.dtype}{list(kd.shape)}. "
+                             "Pass the key through isingattn.prng.check_key first.")
     return kd[..., 0], kd[..., 1]
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_key_shape(impl: str) -> tuple:
+    """Shape of the raw key data ``jax.random.PRNGKey`` makes under the default impl."""
+    return tuple(jax.eval_shape(lambda: jax.random.PRNGKey(0)).shape)
+
+
+def check_key(key, *, owner: str = "this sampler", name: str = "key"):
+    """One JAX PRNG key, validated, as a typed threefry key (shape ``()``).
+
+    Accepted: a typed key of any implementation (``jax.random.key(seed, impl=...)``:
+    ``threefry2x32``, ``rbg``, ``unsafe_rbg``) and raw legacy key data
+    (``jax.random.PRNGKey(seed)``, ``uint32[2]`` with the default threefry impl), traced
+    or concrete. A threefry key is returned as the same key (raw data wrapped, same
+    bits), so results do not change; a key of another implementation is turned into
+    the threefry key made of its first 64 random bits (the fused Threefry of this
+    module needs threefry keys): deterministic, so the same key gives the same result.
+
+    Raises ``IsingTypeError`` for anything that is not a key (an int, a float array, a
+    uint32 array of the wrong shape) and ``IsingInputError`` for a batch of keys; both
+    messages name ``owner`` and ``name``.
+    """
+    how = "Pass one key, e.g. key=jax.random.key(0) or key=jax.random.PRNGKey(0)."
+    shape = getattr(key, "shape", None)
+    dtype = getattr(key, "dtype", None)
+    if shape is None or dtype is None or isinstance(key, (bool, int, float, complex)):
+        raise IsingTypeError(f"{owner}: {name} must be a JAX PRNG key; got {type(key).__name__} {repr(key)[:80]}. {how}")
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise IsingInputError(f"{owner}: {name} must be a single PRNG key; got a batch of keys of shape {tuple(shape)}. "
+                                  "Pass one key (e.g. keys[0]); the sampler derives its own per-chain keys from it.")
+        if str(jax.random.key_impl(key)) == "threefry2x32":
+            return key
+        return jax.random.wrap_key_data(jax.random.bits(key, (2,), jnp.uint32), impl="threefry2x32")
+    impl = str(jax.config.jax_default_prng_impl)
+    want = _raw_key_shape(impl)
+    is_array = isinstance(key, (jax.Array, np.ndarray)) and dtype == np.uint32
+    if is_array and len(shape) > len(want) and tuple(shape[-len(want):]) == want:
+        raise IsingInputError(f"{owner}: {name} must be a single PRNG key; got raw key data of shape {tuple(shape)}, a batch "
+                              f"of keys. Pass one key (e.g. keys[0]); the sampler derives its own per-chain keys from it.")
+    if not (is_array and tuple(shape) == want):
+        raise IsingTypeError(
+            f"{owner}: {name} must be a JAX PRNG key (a typed key, or raw key data uint32{list(want)} from "
+            f"jax.random.PRNGKey); got an array of dtype {dtype} and shape {tuple(shape)}. {how}")
+    return check_key(jax.random.wrap_key_data(jnp.asarray(key), impl=impl), owner=owner, name=name)
 
 
 def split(key_data):
