@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from typing import Any
 
@@ -18,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from isingattn import atomic
+
 
 class CheckpointError(ValueError):
     """The checkpoint is missing, corrupt, or does not fit the template."""
@@ -25,23 +26,13 @@ class CheckpointError(ValueError):
 
 def save(path: str, tree: Any, meta: dict | None = None) -> None:
     """Write the array leaves of ``tree`` and JSON ``meta`` to ``path`` atomically
-    (temporary file in the same folder, fsync, rename): a crash leaves the old file."""
+    (:mod:`isingattn.atomic`): a crash leaves the old file. ``meta`` must be strict JSON
+    (a NaN in it raises rather than writing a file that strict readers reject)."""
     leaves = jax.tree_util.tree_leaves(eqx.filter(tree, eqx.is_array))
     arrays = {f"leaf_{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
-    arrays["__meta__"] = np.frombuffer(json.dumps(meta or {}).encode(), dtype=np.uint8)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta or {}, allow_nan=False).encode(), dtype=np.uint8)
+    with atomic.writing(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def read_meta(path: str) -> dict:
@@ -71,7 +62,7 @@ def load(path: str, like: Any, *, prefix: bool = False) -> tuple[Any, dict]:
             try:
                 arr = z[name]
             except (ValueError, OSError, zipfile.BadZipFile) as e:
-                raise CheckpointError(f"{path}: array {name} is corrupt ({e}).") from None
+                raise CheckpointError(f"{path}: array {name} is corrupt ({_plain(e)}).") from None
             if arr.shape != ref.shape or arr.dtype != np.dtype(ref.dtype):
                 raise CheckpointError(f"{path}: {name} has shape {arr.shape} {arr.dtype}, the template expects "
                                       f"{ref.shape} {np.dtype(ref.dtype)}. The checkpoint belongs to another config.")
@@ -85,11 +76,26 @@ def _open(path):
     try:
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint ({e}); it may be truncated or corrupt.") from None
+        raise CheckpointError(f"{path} is not a readable checkpoint ({_plain(e)}); it may be truncated or corrupt, "
+                              "or not written by isingattn.") from None
+
+
+def _plain(e: Exception) -> str:
+    """numpy's message without its advice to enable pickle: checkpoints never hold objects,
+    and loading untrusted pickles runs arbitrary code."""
+    text = str(e)
+    if "pickle" in text.lower():
+        return "it holds Python objects, which isingattn checkpoints never contain"
+    return text
 
 
 def _meta(z, path) -> dict:
     try:
-        return json.loads(bytes(z["__meta__"]).decode())
+        meta = json.loads(bytes(z["__meta__"]).decode())
     except (KeyError, ValueError, OSError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path} has no readable metadata ({e}); it is not an isingattn checkpoint.") from None
+        raise CheckpointError(f"{path} has no readable metadata ({_plain(e)}); it is not an isingattn "
+                              "checkpoint.") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: its metadata is a {type(meta).__name__}, not a JSON object; the file is "
+                              "not an isingattn checkpoint.")
+    return meta

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import glob
 import json
+import math
 import os
 import time
 from typing import Optional
 
 import jax
 
+from isingattn import atomic
 from isingattn.engine import get
+from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models import brackets, shakespeare
 from isingattn.models.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
 from isingattn.models.train import TrainConfig, compare_variants
 from isingattn.models.transformer import Config
+from isingattn.runlock import FolderLock
 
 VARIANTS = ("softmax", "hJ", "h", "J")
 METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0)}
@@ -54,6 +59,29 @@ class Cell:
     J_param: str = "full"  # J parametrization: full, toeplitz or banded (Config.J_param)
     J_band: Optional[int] = None  # its bandwidth (Config.J_band)
 
+    def __post_init__(self):
+        if self.task not in METRIC:
+            raise IsingInputError(f"task must be one of {sorted(METRIC)}; got {self.task!r}.")
+        if not self.variants:
+            raise IsingInputError(f"variants must name at least one of {', '.join(VARIANTS)}; got none.")
+        unknown = [v for v in self.variants if v not in VARIANTS]
+        if unknown:
+            raise IsingInputError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}.")
+        for name in ("seeds", "steps", "batch_size", "d_model", "heads", "eval_every", "types", "n_train", "n_test"):
+            _positive_int(name, getattr(self, name))
+        for name in ("depth", "J_band"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        low = 2 if self.task == "brackets" else 1
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < low or (
+                self.task == "brackets" and self.seq_len % 2):
+            need = "an even integer >= 2 (a bracket string has as many closers as openers)" \
+                if self.task == "brackets" else "an integer >= 1"
+            raise IsingInputError(f"seq_len must be {need} for {self.task}; got {self.seq_len!r}.")
+        if not (isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
+                and self.lr > 0):
+            raise IsingInputError(f"lr must be a finite number > 0; got {self.lr!r}.")
+
     @property
     def name(self) -> str:
         tail = ("" if self.ffn else "-noffn") + ("" if self.engine == "exact" else f"-{self.engine}")
@@ -70,6 +98,11 @@ class Cell:
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, eval_every=self.eval_every,
                            eval_limit=2048 if self.task == "shakespeare" else None)
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise IsingInputError(f"{name} must be a positive integer; got {value!r}.")
 
 
 def grid(quick: bool = False) -> list[Cell]:
@@ -98,11 +131,16 @@ def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int]
     """The cells of one part, context length, FFN setting or engine (``--only``, ``--seq-len``, ...)."""
     parts = {c.part for c in cells}
     if only is not None and only not in parts:
-        raise ValueError(f"--only must be one of {sorted(parts)}; got {only!r}.")
+        raise IsingInputError(f"--only must be one of {', '.join(sorted(parts))}; got {only!r}.")
+    for flag, value, have in (("--seq-len", seq_len, {c.seq_len for c in cells if only in (None, c.part)}),
+                              ("--engine", engine, {c.engine for c in cells if only in (None, c.part)})):
+        if value is not None and value not in have:
+            raise IsingInputError(f"{flag} must be one of {', '.join(map(str, sorted(have)))}"
+                                  f"{'' if only is None else f' for --only {only}'}; got {value!r}.")
     out = [c for c in cells if (only is None or c.part == only) and (seq_len is None or c.seq_len == seq_len)
            and (ffn is None or c.ffn == ffn) and (engine is None or c.engine == engine)]
     if not out:
-        raise ValueError(f"no cell matches --only {only} --seq-len {seq_len}; the grid has "
+        raise IsingInputError(f"no cell matches --only {only} --seq-len {seq_len}; the grid has "
                          f"{sorted({(c.part, c.seq_len) for c in cells})}.")
     return out
 
@@ -112,52 +150,90 @@ def _data(cell: Cell, data_path: Optional[str]):
     if cell.task == "shakespeare":
         chars = shakespeare.encode(shakespeare.load_text(data_path))
         splits = shakespeare.lm_splits(chars, cell.seq_len)
-        return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars}
+        return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars,
+                                                       "corpus_sha256": shakespeare.SHA256}
 
     def data_for_seed(seed):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
         d = brackets.make_data(key, cell.seq_len, cell.n_train, cell.n_test, cell.depth, cell.types)
         return d.train, d.test
 
-    return 2 * cell.types, data_for_seed, {"task": "brackets", "chars": brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types]}
+    return 2 * cell.types, data_for_seed, {"task": "brackets", "chars": brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types],
+                                           "n_train": cell.n_train, "n_test": cell.n_test, "depth": cell.depth,
+                                           "types": cell.types}
+
+
+# What a cell's folder holds besides commands.txt (kept as the folder's history); --restart removes these.
+RUN_FILES = ("ckpt-*.npz", "model-*.npz", "metrics.jsonl", "results.json", "wall_time.json", "summary.md",
+             "summary.csv", "cell.json", "config.json", "learned-J.json", "attention.json", "attention.png", "J-*.png")
+# Cell fields that do not change what a run is: more seeds or other variants extend a folder.
+EXTENDABLE = ("seeds", "variants")
+
+
+def _folder_runs(out: str) -> list[str]:
+    return sorted(p for pat in RUN_FILES for p in glob.glob(os.path.join(glob.escape(out), pat)))
 
 
 def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress: bool = True,
-             command: Optional[str] = None, resume: bool = True, mesh=None) -> dict:
+             command: Optional[str] = None, resume: bool = True, restart: bool = False, mesh=None) -> dict:
     """Train every missing run of ``cell`` in folder ``out`` and write its results.
 
-    With ``resume`` finished runs are read from their checkpoints and an interrupted
-    run continues from its last one. ``command`` is appended to ``out/commands.txt``.
-    Returns ``results[variant][seed] = metric``."""
-    os.makedirs(out, exist_ok=True)
-    vocab, data_for_seed, meta = _data(cell, data_path)
-    with open(os.path.join(out, "cell.json"), "w") as f:
-        json.dump(dataclasses.asdict(cell), f, indent=2)
-    with open(os.path.join(out, "config.json"), "w") as f:  # the full configuration of every run
-        json.dump({"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
-                   "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta},
-                  f, indent=2)
-    if command:
-        with open(os.path.join(out, "commands.txt"), "a") as f:
-            f.write(command + "\n")
-    if not resume and os.path.exists(os.path.join(out, "metrics.jsonl")):
-        os.remove(os.path.join(out, "metrics.jsonl"))
-    metric = METRIC[cell.task][0]
-    t0 = time.perf_counter()
-    results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, range(cell.seeds),
-                               cell.train_config(), out, progress=progress, resume=resume, metric=metric,
-                               meta=meta, mesh=mesh)
-    _add_wall_time(out, time.perf_counter() - t0)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({v: {str(s): x for s, x in r.items()} for v, r in results.items()}, f, indent=2)
+    The folder is locked for the duration (a second writer gets :class:`RunFolderError`).
+    With ``resume`` finished runs are read from their checkpoints and an interrupted run
+    continues from its last one; a folder that holds a different configuration is refused,
+    naming the fields that differ. ``resume=False`` refuses a folder that already holds
+    runs; ``restart=True`` deletes them first (``commands.txt`` is kept). ``command`` is
+    appended to ``out/commands.txt``. Returns ``results[variant][seed] = metric``."""
+    vocab, data_for_seed, meta = _data(cell, data_path)  # before touching the folder: a missing corpus writes nothing
+    with FolderLock(out):
+        existing = _folder_runs(out)
+        if restart:
+            for p in existing:
+                os.remove(p)
+        elif existing and not resume:
+            raise RunFolderError(f"{out} already holds runs ({len(existing)} files, e.g. "
+                                 f"{os.path.basename(existing[0])}). Pass --resume to continue them, --restart to "
+                                 "discard them, or write to a new --out.")
+        _check_cell(cell, out)
+        atomic.write_json(os.path.join(out, "cell.json"), dataclasses.asdict(cell), indent=2)
+        atomic.write_json(os.path.join(out, "config.json"),  # the full configuration of every run
+                          {"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
+                           "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta},
+                          indent=2)
+        if command:
+            atomic.append_line(os.path.join(out, "commands.txt"), command)
+        metric = METRIC[cell.task][0]
+        t0 = time.perf_counter()
+        results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, range(cell.seeds),
+                                   cell.train_config(), out, progress=progress, resume=True, metric=metric,
+                                   meta=meta, mesh=mesh)
+        _add_wall_time(out, time.perf_counter() - t0)
+        atomic.write_json(os.path.join(out, "results.json"),
+                          {v: {str(s): x for s, x in r.items()} for v, r in results.items()}, indent=2)
     return results
+
+
+def _check_cell(cell: Cell, out: str) -> None:
+    """Refuse a folder whose cell.json describes another experiment (beyond seeds and variants)."""
+    path = os.path.join(out, "cell.json")
+    if not os.path.exists(path):
+        return
+    try:
+        old = json.load(open(path))
+    except ValueError as e:
+        raise RunFolderError(f"{path} is not valid JSON ({e}); pass --restart to start this folder over.") from None
+    new = json.loads(json.dumps(dataclasses.asdict(cell)))
+    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+            if k not in EXTENDABLE and old.get(k) != new.get(k)]
+    if diff:
+        raise RunFolderError(f"{out} holds another experiment ({'; '.join(diff)}). Write to a new --out, or pass "
+                             "--restart to discard its runs and start over.")
 
 
 def _add_wall_time(out: str, seconds: float):
     path = os.path.join(out, "wall_time.json")
     total = json.load(open(path))["seconds"] if os.path.exists(path) else 0.0
-    with open(path, "w") as f:
-        json.dump({"seconds": total + seconds}, f)
+    atomic.write_json(path, {"seconds": total + seconds})
 
 
 def write_summary(cell: Cell, results: dict, out: str, seconds: float) -> str:
@@ -167,9 +243,8 @@ def write_summary(cell: Cell, results: dict, out: str, seconds: float) -> str:
     title = (f"{cell.task}, T={cell.seq_len}, FFN={'on' if cell.ffn else 'off'}, engine={cell.engine}, "
              f"{cell.steps} steps, {cell.seeds} seeds ({seconds:.0f} s)\n\n")
     text = title + markdown_table(rows, label, scale=scale)
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+    atomic.write_text(os.path.join(out, "summary.md"), text)
+    with atomic.writing(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
         w.writerows(rows)

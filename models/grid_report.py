@@ -14,11 +14,12 @@ import json
 import math
 import os
 from collections import defaultdict
+from typing import Optional
 
 import jax
 import numpy as np
 
-from isingattn import analysis, checkpoint
+from isingattn import analysis, atomic, checkpoint
 from isingattn.models.report import fmt, mean_ci
 
 # The paper's reference numbers (DESIGN.md §2), quoted next to ours.
@@ -29,7 +30,6 @@ PAPER = {
     "brackets": "At T=16 hJ beats softmax by +2.89 points (+4.53 without the FFN); the gap grows with T.",
     "annealing": "The paper trained with samples from a simulated diabatic quantum annealer.",
 }
-HIGHER_IS_BETTER = {"shakespeare": False, "brackets": True}
 
 
 def _load_cells(root: str) -> list[dict]:
@@ -124,23 +124,53 @@ def _curves(cells, part, path):
         ax.set(title=os.path.basename(c["folder"]), xlabel="step", ylabel=key.replace("test_", "held-out "))
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _hj_couplings(cell) -> list[np.ndarray]:
-    """Head-0 J of every saved hJ model of a cell."""
+LEARNED_J = "learned-J.json"  # head-0 J of every hJ seed: what the profiles and heatmaps are drawn from
+ATTENTION = "attention.json"  # seed 0's head-0 attention weights of every variant on a fixed input
+
+
+def _hj_couplings(cell) -> dict[int, np.ndarray]:
+    """Head-0 J of every hJ seed of a cell, ``{seed: [T, T]}``.
+
+    Read from the checkpoints when they are there (and kept in ``learned-J.json``, which
+    is committed with the results: checkpoints are not), else from that file, so that a
+    fresh clone rebuilds the same report."""
     from isingattn.models.saved import load_transformer
 
-    Js = []
-    for ck in sorted(glob.glob(os.path.join(cell["folder"], "ckpt-hJ-s*.npz"))):
+    path = os.path.join(cell["folder"], LEARNED_J)
+    Js = {}
+    for ck in sorted(glob.glob(os.path.join(glob.escape(cell["folder"]), "ckpt-hJ-s*.npz"))):
         try:
-            model, _ = load_transformer(ck)
+            model, meta = load_transformer(ck)
         except checkpoint.CheckpointError:
             continue
-        Js.append(np.asarray(model.attn.couplings())[0])
-    return Js
+        Js[int(meta["seed"])] = np.asarray(model.attn.couplings())[0]
+    if Js:
+        new = {"head": 0, "seeds": {str(k): Js[k].tolist() for k in sorted(Js)}}
+        if _read_json(path) != new:
+            atomic.write_json(path, new)
+        return Js
+    stored = _read_json(path)
+    return {} if stored is None else {int(k): np.asarray(v) for k, v in stored["seeds"].items()}
+
+
+def _read_json(path):
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def _mean_profile(cell, Js) -> tuple[np.ndarray, int]:
+    """Mean learned J by distance over the seeds, and how many seeds it averages.
+
+    Cells trained before ``learned-J.json`` existed keep only seed 0's model; their
+    file carries the mean over seeds as the report printed it then (``mean_profile``)."""
+    stored = _read_json(os.path.join(cell["folder"], LEARNED_J)) or {}
+    if "mean_profile" in stored and set(stored["seeds"]) != {str(s) for s in cell["results"].get("hJ", {})}:
+        return np.asarray(stored["mean_profile"]), int(stored["mean_profile_seeds"])
+    return np.mean([analysis.distance_profile(J) for J in Js.values()], axis=0), len(Js)
 
 
 def _profiles(cells, path):
@@ -152,10 +182,9 @@ def _profiles(cells, path):
 
     out = {}
     for c in cells:
-        Js = _hj_couplings(c) if c["part"] != "annealing" else []
+        Js = _hj_couplings(c) if c["part"] != "annealing" else {}
         if Js:
-            prof = np.array([analysis.distance_profile(J) for J in Js])
-            out[os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))] = (prof.mean(0), prof)
+            out[os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))] = _mean_profile(c, Js)
     if not out:
         return None, {}
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -165,21 +194,22 @@ def _profiles(cells, path):
     ax.set(xlabel="distance |j - k|", ylabel="mean learned J (head 0)", title="learned-J distance profile (hJ)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path, out
 
 
 def _heatmaps(cells, root):
+    import matplotlib.pyplot as plt
+
     paths = []
     for c in cells:
         Js = _hj_couplings(c)
         if Js:
+            J = Js[min(Js)]
             p = os.path.join(c["folder"], "J-hJ-s0.png")
-            fig = analysis.plot_couplings(Js[0], p, threshold=0.05 * float(np.abs(Js[0]).max()),
+            fig = analysis.plot_couplings(J, p, threshold=0.05 * float(np.abs(J).max()),
                                           title=f"learned J, {os.path.basename(c['folder'])}")
-            import matplotlib.pyplot as plt
-
             plt.close(fig)
             paths.append(os.path.relpath(p, root))
     return paths
@@ -200,35 +230,57 @@ def _sample_tokens(cell, chars: str) -> np.ndarray:
     return np.array([opens + [k + o for o in reversed(opens)]], np.int32)
 
 
+def _attention_weights(cell) -> Optional[dict]:
+    """``{"labels": [...], "weights": {variant: [T, T]}}`` from seed 0's checkpoints (kept in
+    ``attention.json``), else from that file; None when neither is there."""
+    from isingattn.models.saved import load_transformer
+
+    cks = {v: os.path.join(cell["folder"], f"ckpt-{v}-s0.npz") for v in cell["results"]}
+    cks = {v: p for v, p in cks.items() if os.path.exists(p)}
+    path = os.path.join(cell["folder"], ATTENTION)
+    if not cks:
+        return _read_json(path)
+    out = {"labels": None, "weights": {}}
+    for v, ck in cks.items():
+        model, meta = load_transformer(ck)
+        tokens = _sample_tokens(cell, meta["chars"])
+        _, w = model(tokens, key=jax.random.PRNGKey(0), return_weights=True)  # (1, H, T, T)
+        out["weights"][v] = np.asarray(w)[0, 0].tolist()
+        out["labels"] = [meta["chars"][t] for t in tokens[0]]
+    if _read_json(path) != out:
+        atomic.write_json(path, out)
+    return out
+
+
 def _attention_maps(cells, root):
-    """Head-0 attention weights of seed 0 of every variant on a fixed input, side by side."""
+    """Head-0 attention weights of seed 0 of every variant on a fixed input, side by side.
+
+    Cells whose weights were never stored keep the map that was drawn when their
+    checkpoints existed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from isingattn.models.saved import load_transformer
-
     paths = []
     for c in cells:
-        cks = {v: os.path.join(c["folder"], f"ckpt-{v}-s0.npz") for v in c["results"]}
-        cks = {v: p for v, p in cks.items() if os.path.exists(p)}
-        if not cks:
+        p = os.path.join(c["folder"], "attention.png")
+        att = _attention_weights(c)
+        if att is None:
+            if os.path.exists(p):
+                paths.append(os.path.relpath(p, root))
             continue
-        fig, axes = plt.subplots(1, len(cks), figsize=(3.2 * len(cks), 3.2), squeeze=False)
-        for ax, (v, ck) in zip(axes[0], cks.items()):
-            model, meta = load_transformer(ck)
-            tokens = _sample_tokens(c, meta["chars"])
-            _, w = model(tokens, key=jax.random.PRNGKey(0), return_weights=True)  # (1, H, T, T)
-            ax.imshow(np.asarray(w)[0, 0], cmap="viridis", vmin=0, vmax=1)
-            labels = [meta["chars"][t] for t in tokens[0]]
+        ws = att["weights"]
+        fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws), 3.2), squeeze=False)
+        labels = att["labels"]
+        for ax, (v, w) in zip(axes[0], ws.items()):
+            ax.imshow(np.asarray(w), cmap="viridis", vmin=0, vmax=1)
             ax.set_xticks(range(len(labels)), labels, fontsize=7)
             ax.set_yticks(range(len(labels)), labels, fontsize=7)
             ax.set(title=v, xlabel="key", ylabel="query")
         fig.suptitle(f"attention, {os.path.basename(c['folder'])} (seed 0, head 0)", fontsize=9)
         fig.tight_layout()
-        p = os.path.join(c["folder"], "attention.png")
-        fig.savefig(p, dpi=110)
+        atomic.savefig(fig, p, dpi=110)
         plt.close(fig)
         paths.append(os.path.relpath(p, root))
     return paths
@@ -258,7 +310,7 @@ def write_report(root: str) -> str:
         rows = _rows(cells, part)
         md.append(f"\n## {title}\n\nPaper: {PAPER[part]}\n\n{_md(rows, part)}")
         if rows:
-            with open(os.path.join(root, f"{part}.csv"), "w", newline="") as f:
+            with atomic.writing(os.path.join(root, f"{part}.csv"), "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
                 w.writeheader()
                 w.writerows(rows)
@@ -281,6 +333,5 @@ def write_report(root: str) -> str:
                   + ", ".join(f"`{m}`" for m in maps) + "\n")
     _export_models(cells)
     text = "".join(md)
-    with open(os.path.join(root, "README.md"), "w") as f:
-        f.write(text)
+    atomic.write_text(os.path.join(root, "README.md"), text)
     return text

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.request
 from typing import NamedTuple, Optional
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from isingattn import atomic
 from isingattn.models.split import Split
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -27,6 +27,15 @@ ENV = "ISINGATTN_DATA"
 
 class DataError(ValueError):
     """The corpus is missing, unreadable or not the expected file."""
+
+
+class DataUnavailable(DataError):
+    """No corpus was given and none could be downloaded (e.g. offline): the caller may skip
+    the work that needs it. A path that was given but is wrong is a plain DataError."""
+
+
+HOW_TO_ENABLE = (f"get input.txt (1,115,394 characters, SHA-256 {SHA256[:16]}…, from {URL}) and pass "
+                 f"--data PATH or set {ENV}=PATH; it is then cached and needed only once")
 
 
 class CharData(NamedTuple):
@@ -49,33 +58,44 @@ def _verify(data: bytes, where: str) -> str:
 
 
 def load_text(path: Optional[str] = None, download: bool = True) -> str:
-    """The corpus text; see the module docstring for where it comes from."""
+    """The corpus text; see the module docstring for where it comes from.
+
+    A file given by ``path`` or ``$ISINGATTN_DATA`` is copied into the cache once it has
+    passed the SHA-256 check, so later runs need neither. Raises :class:`DataUnavailable`
+    when nothing was given, nothing is cached and the download fails or is not allowed."""
     path = path or os.environ.get(ENV)
+    cache = _cache_path()
     if path:
         if not os.path.isfile(path):
             raise DataError(f"Tiny Shakespeare file {path!r} does not exist. Pass --data PATH or set {ENV}=PATH "
                             "to a copy of input.txt.")
         with open(path, "rb") as f:
-            return _verify(f.read(), path)
-    cache = _cache_path()
+            data = f.read()
+        text = _verify(data, path)
+        if not os.path.isfile(cache):
+            _store(cache, data)
+        return text
     if os.path.isfile(cache):
         with open(cache, "rb") as f:
             return _verify(f.read(), cache)
     if not download:
-        raise DataError(f"no Tiny Shakespeare file: pass --data PATH, set {ENV}=PATH, or allow the download.")
+        raise DataUnavailable(f"no Tiny Shakespeare file and downloads are off: {HOW_TO_ENABLE}.")
     try:
         with urllib.request.urlopen(URL, timeout=30) as r:
             data = r.read()
     except OSError as e:
-        raise DataError(f"could not download Tiny Shakespeare from {URL} ({e}). Without network, get input.txt "
-                        f"(1,115,394 characters, SHA-256 {SHA256[:16]}…) and pass --data PATH or set {ENV}=PATH.") from None
+        raise DataUnavailable(f"could not download Tiny Shakespeare ({e}); {HOW_TO_ENABLE}.") from None
     text = _verify(data, URL)
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, cache)  # atomic: a killed download never leaves a partial cache
+    _store(cache, data)
     return text
+
+
+def _store(cache: str, data: bytes) -> None:
+    """Cache a verified corpus; a cache that cannot be written is not an error (the data is in hand)."""
+    try:
+        atomic.write_bytes(cache, data)
+    except OSError:
+        pass
 
 
 def encode(text: str, split: float = 0.9) -> CharData:

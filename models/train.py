@@ -6,8 +6,10 @@ hyperparameters, so differences between variants are paired by seed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import logging
 import json
 import math
 import os
@@ -21,7 +23,8 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from isingattn import checkpoint
+from isingattn import atomic, checkpoint
+from isingattn.errors import IsingInputError, RunFolderError, TrainingDivergedError
 from isingattn.models.saved import config_to_dict
 from isingattn.models.transformer import Config, Transformer
 from isingattn.sharding import replicate, shard_batch
@@ -38,6 +41,27 @@ class TrainConfig:
     eval_every: int = 250
     eval_batch: int = 512
     eval_limit: Optional[int] = None  # periodic evals use the first N held-out examples; the final one uses all
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_every", "eval_batch"):
+            _check_int(name, getattr(self, name), low=1)
+        _check_int("warmup", self.warmup, low=0)
+        if self.eval_limit is not None:
+            _check_int("eval_limit", self.eval_limit, low=1)
+        for name, low in (("lr", 0.0), ("grad_clip", 0.0)):
+            _check_float(name, getattr(self, name), positive=True)
+        _check_float("weight_decay", self.weight_decay, positive=False)
+
+
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise IsingInputError(f"{name} must be an integer >= {low}; got {value!r}.")
+
+
+def _check_float(name, value, positive):
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        raise IsingInputError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}; got {value!r}.")
 
 
 def masked_xent(logits, targets):
@@ -97,6 +121,114 @@ def evaluate(model, tokens, targets, batch: int = 512, key=None, mesh=None) -> d
     return {"loss": tot_loss / max(tot_count, 1), "acc": tot_correct / max(tot_count, 1), "count": int(tot_count)}
 
 
+def run_spec(config: Config, tc: TrainConfig, seed: int, data: Optional[dict] = None) -> dict:
+    """Everything that defines one training run, as plain JSON: the model config (engine
+    included), the training config, the seed and the data settings. A checkpoint stores
+    it, and a resume into a different spec is refused (:func:`spec_differences`)."""
+    spec = {"model": config_to_dict(config), "train": dataclasses.asdict(tc), "seed": int(seed), "data": data or {}}
+    return json.loads(json.dumps(spec))  # tuples -> lists, as it reads back from disk
+
+
+def saved_spec(meta: dict) -> dict:
+    """The run spec a checkpoint was written for (older checkpoints: rebuilt from their fields)."""
+    if isinstance(meta.get("spec"), dict):
+        return meta["spec"]
+    reserved = {"step", "seed", "metrics", "train", "model", "spec"}
+    return {"model": meta.get("model"), "train": meta.get("train"), "seed": meta.get("seed"),
+            "data": {k: v for k, v in meta.items() if k not in reserved}}
+
+
+def spec_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields where two specs differ, e.g. ``['train.lr: 0.003 -> 0.01']``."""
+    out = []
+    for k in sorted(set(saved) | set(wanted), key=str):
+        a, b, name = saved.get(k, "<absent>"), wanted.get(k, "<absent>"), f"{prefix}{k}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += spec_differences(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name}: {_short(a)} -> {_short(b)}")
+    return out
+
+
+def _short(x) -> str:
+    text = json.dumps(x) if not isinstance(x, str) else repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_resumable(ckpt_path: str, spec: dict) -> dict:
+    """The metadata of checkpoint ``ckpt_path`` if it was written for ``spec``; else RunFolderError
+    naming the fields that differ and how to proceed."""
+    meta = checkpoint.read_meta(ckpt_path)
+    diff = spec_differences(saved_spec(meta), spec)
+    if diff:
+        raise RunFolderError(
+            f"{ckpt_path} belongs to a run with another configuration ({'; '.join(diff[:6])}"
+            f"{'; ...' if len(diff) > 6 else ''}). Write to a new --out, or pass --restart to discard the runs "
+            "in that folder and start over.")
+    step = meta.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= spec["train"]["steps"]:
+        raise checkpoint.CheckpointError(f"{ckpt_path}: its step {step!r} is not an integer in "
+                                         f"[0, {spec['train']['steps']}]; the file is corrupt or was edited.")
+    return meta
+
+
+def _prune_log(log_path: str, variant: str, seed: int, after: int) -> None:
+    """Drop this run's rows past step ``after``: a run killed between logging and
+    checkpointing repeats those evaluations, which must not appear twice."""
+    if not os.path.exists(log_path):
+        return
+    lines = open(log_path, encoding="utf-8").read().splitlines()
+    keep = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a torn line from a writer killed mid-append (older versions appended in place)
+            continue
+        if not (rec.get("variant") == variant and rec.get("seed") == seed and rec.get("step", 0) > after):
+            keep.append(line)
+    if keep != lines:
+        atomic.write_text(log_path, "".join(line + "\n" for line in keep))
+
+
+def _scan_losses(losses: list) -> tuple:
+    """``(first_bad_step or None, last_finite_step, last_finite_loss)`` over ``[(step, loss), ...]``.
+
+    Losses stay on the device until an evaluation, so that checking them does not stall
+    the dispatch of every step."""
+    last = (None, None)
+    for i, loss in losses:
+        try:
+            x = float(loss)
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):  # that step itself failed
+            return (i, *last)
+        if not math.isfinite(x):
+            return (i, *last)
+        last = (i, x)
+    return (None, *last)
+
+
+def _is_model_check(e: Exception) -> bool:
+    """A failed runtime check of the model (``equinox.error_if``: non-finite fields and the like)."""
+    return isinstance(e, eqx.EquinoxRuntimeError) or "EquinoxRuntimeError" in str(e)
+
+
+def _check_message(e: Exception) -> str:
+    """The check's own message, without the stack and equinox's debugging advice around it."""
+    for line in str(e).splitlines():
+        if "EquinoxRuntimeError:" in line:
+            return line.split("EquinoxRuntimeError:", 1)[1].strip()
+    return str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+
+
+def _diverged(step, last_step, last_loss, lr, check: str = "") -> TrainingDivergedError:
+    where = ("no step had a finite loss" if last_step is None
+             else f"the last finite loss was {last_loss:.6g} at step {last_step}")
+    what = f"the model's check failed ({check.rstrip('.')})" if check else "the loss became non-finite"
+    return TrainingDivergedError(
+        f"training diverged at step {step}: {what}; {where}. Lower the learning rate "
+        f"(lr={lr:g}) or check the inputs; the last checkpoint before it is kept.")
+
+
 def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *,
           log_path: Optional[str] = None, desc: str = "", progress: bool = True,
           ckpt_path: Optional[str] = None, resume: bool = False, stop_after: Optional[int] = None, mesh=None,
@@ -106,57 +238,101 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     ``seed`` fixes the initialization and the batch order (both independent of the
     variant), so runs of different variants with the same seed are paired.
     With ``ckpt_path`` the model, optimizer state and step are saved atomically at
-    every evaluation; ``resume=True`` continues from it, and because batches and
-    noise are functions of (seed, step) the resumed run ends where an uninterrupted
-    one would. ``stop_after`` stops early (to test exactly that).
+    every evaluation, with the run's spec (:func:`run_spec`: model and training config,
+    seed, and the data settings ``meta``). ``resume=True`` continues from that checkpoint
+    if its spec is this run's (else :class:`RunFolderError` names the differences); since
+    batches and noise are functions of (seed, step), the resumed run ends bit for bit
+    where an uninterrupted one would, and its rows in ``log_path`` past the checkpoint
+    are dropped before they are repeated. ``stop_after`` stops early (to test exactly that).
+    A non-finite loss raises :class:`TrainingDivergedError` at the next evaluation (or at
+    once when the model's own checks fail), naming the step and the last finite loss;
+    no non-finite state is checkpointed and no non-finite row is logged.
     ``mesh`` (``isingattn.sharding.data_mesh()``) trains data-parallel: each batch is split
     over the mesh's ``"data"`` axis (``batch_size`` must divide evenly), the model and the
     optimizer state are replicated, and XLA all-reduces the gradients of the mean loss.
     Checkpoints carry the model config (``isingattn.models.saved.load_transformer``
-    rebuilds the model from the file alone) plus the JSON ``meta`` given here.
+    rebuilds the model from the file alone).
     """
     init_key, data_key, noise_key = jax.random.split(jax.random.PRNGKey(seed), 3)
     eval_key = jax.random.fold_in(noise_key, tc.steps)  # past every training step's fold_in(noise_key, i)
+    data = dict(meta or {})
+    spec = run_spec(config, tc, seed, data)
     model = Transformer(config, key=init_key)
     opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
     step = _step_fn(tc)
     order = np.asarray(jax.random.randint(data_key, (tc.steps, tc.batch_size), 0, len(train_split.tokens)))
     start = 0
     if resume and ckpt_path and os.path.exists(ckpt_path):
-        (model, opt_state), meta = checkpoint.load(ckpt_path, (model, opt_state))
-        start = meta["step"]
+        saved = check_resumable(ckpt_path, spec)
+        (model, opt_state), _ = checkpoint.load(ckpt_path, (model, opt_state))
+        start = saved["step"]
+    if log_path:
+        _prune_log(log_path, config.variant, seed, start)
     if mesh is not None:
         model, opt_state = replicate((model, opt_state), mesh)
     put = jnp.asarray if mesh is None else functools.partial(shard_batch, mesh=mesh)
-    log = open(log_path, "a") if log_path else None
     t0 = time.perf_counter()
     rec = None
+    losses = []  # (step, loss) since the last evaluation, checked there
     bar = tqdm(range(start, tc.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
-    for i in bar:
-        if stop_after is not None and i >= stop_after:
-            break
-        idx = order[i]
-        model, opt_state, loss = step(model, opt_state, put(train_split.tokens[idx]),
-                                      put(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
-        last = i + 1 == tc.steps
-        if (i + 1) % tc.eval_every == 0 or last:
-            n_ev = None if last else tc.eval_limit
-            ev = evaluate(model, test_split.tokens[:n_ev], test_split.targets[:n_ev], tc.eval_batch,
-                          jax.random.fold_in(eval_key, i), mesh)
-            rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
-                   "test_ppl": math.exp(min(ev["loss"], 50.0)), "eval_count": ev["count"],
-                   "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
-            bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
-            if log:
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-            if ckpt_path:
-                checkpoint.save(ckpt_path, (model, opt_state), {"step": i + 1, "seed": seed, "metrics": rec,
-                                                                "train": dataclasses.asdict(tc),
-                                                                "model": config_to_dict(config), **(meta or {})})
-    if log:
-        log.close()
+    with _quiet_model_checks():
+        for i in bar:
+            if stop_after is not None and i >= stop_after:
+                break
+            idx = order[i]
+            try:
+                model, opt_state, loss = step(model, opt_state, put(train_split.tokens[idx]),
+                                              put(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
+            except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as e:
+                if not _is_model_check(e):
+                    raise
+                bad, last_i, last_loss = _scan_losses(losses)
+                raise _diverged(i + 1 if bad is None else bad, last_i, last_loss, tc.lr, _check_message(e)) from None
+            losses.append((i + 1, loss))
+            last = i + 1 == tc.steps
+            if (i + 1) % tc.eval_every == 0 or last:
+                bad, last_i, last_loss = _scan_losses(losses)
+                if bad is not None:
+                    raise _diverged(bad, last_i, last_loss, tc.lr)
+                losses = losses[-1:]  # the last finite loss, for the message of a later failure
+                n_ev = None if last else tc.eval_limit
+                ev = evaluate(model, test_split.tokens[:n_ev], test_split.targets[:n_ev], tc.eval_batch,
+                              jax.random.fold_in(eval_key, i), mesh)
+                rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
+                       "test_ppl": math.exp(min(ev["loss"], 50.0)), "eval_count": ev["count"],
+                       "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
+                if not all(math.isfinite(rec[k]) for k in ("test_loss", "test_acc")):
+                    raise TrainingDivergedError(
+                        f"evaluation at step {i + 1} gave a non-finite test loss ({ev['loss']}) although the training "
+                        f"loss is finite ({float(loss):.6g}); the model's outputs overflow. Lower the learning rate.")
+                bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
+                # log first: a kill between the two resumes from the previous checkpoint, and
+                # _prune_log then drops the row that is about to be repeated
+                if log_path:
+                    atomic.append_line(log_path, json.dumps(rec, allow_nan=False))
+                if ckpt_path:
+                    checkpoint.save(ckpt_path, (model, opt_state),
+                                    {**data, "step": i + 1, "seed": seed, "metrics": rec, "spec": spec,
+                                     "train": spec["train"], "model": spec["model"]})
     return model, rec
+
+
+class _DropModelCheckTracebacks(logging.Filter):
+    """JAX logs the traceback of a failed host callback before raising; for equinox's
+    model checks (non-finite fields after divergence) the raised error says it all."""
+
+    def filter(self, record):
+        return "EquinoxRuntimeError" not in record.getMessage() + str(record.exc_info and record.exc_info[1])
+
+
+@contextlib.contextmanager
+def _quiet_model_checks():
+    log, filt = logging.getLogger("jax._src.callback"), _DropModelCheckTracebacks()
+    log.addFilter(filt)
+    try:
+        yield
+    finally:
+        log.removeFilter(filt)
 
 
 def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,
@@ -165,22 +341,32 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
     """Train every (seed, variant) pair; returns ``results[variant][seed] = final metrics[metric]``.
 
     ``make_config(variant) -> Config``; ``data_for_seed(seed) -> (train, test)``.
-    Metrics go to ``out_dir/metrics.jsonl``, checkpoints to ``out_dir/ckpt-<variant>-s<seed>.npz``;
-    with ``resume`` finished runs are read back and unfinished ones continue. ``mesh``: see ``train``.
+    Metrics go to ``out_dir/metrics.jsonl``, checkpoints to ``out_dir/ckpt-<variant>-s<seed>.npz``.
+    With ``resume`` finished runs are read back and unfinished ones continue, after every
+    existing checkpoint has been checked against its run's spec (nothing is trained or
+    written if one differs). The caller owns ``out_dir`` (``isingattn.runlock.FolderLock``).
+    ``mesh``: see ``train``.
     """
+    runs = [(s, v) for s in seeds for v in variants]
+    ckpt = lambda v, s: os.path.join(out_dir, f"ckpt-{v}-s{s}.npz")
+    saved = {}
+    if resume:  # check them all first: a mismatch found halfway would leave a mixed folder
+        for seed, variant in runs:
+            if os.path.exists(ckpt(variant, seed)):
+                spec = run_spec(make_config(variant), tc, seed, meta)
+                saved[seed, variant] = check_resumable(ckpt(variant, seed), spec)
     os.makedirs(out_dir, exist_ok=True)
     results: dict[str, dict[int, float]] = {v: {} for v in variants}
-    runs = [(s, v) for s in seeds for v in variants]
     outer = tqdm(runs, desc="runs", disable=not progress)
     for seed, variant in outer:
         outer.set_postfix(seed=seed, variant=variant)
-        ck = os.path.join(out_dir, f"ckpt-{variant}-s{seed}.npz")
-        if resume and os.path.exists(ck) and checkpoint.read_meta(ck)["step"] >= tc.steps:
-            results[variant][seed] = checkpoint.read_meta(ck)["metrics"][metric]
+        done = saved.get((seed, variant))
+        if done is not None and done["step"] >= tc.steps:
+            results[variant][seed] = done["metrics"][metric]
             continue
         train_split, test_split = data_for_seed(seed)
         _, rec = train(make_config(variant), train_split, test_split, tc, seed,
                        log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress,
-                       ckpt_path=ck, resume=resume, mesh=mesh, meta=meta)
+                       ckpt_path=ckpt(variant, seed), resume=resume, mesh=mesh, meta=meta)
         results[variant][seed] = rec[metric]
     return results

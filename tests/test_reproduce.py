@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from isingattn.errors import IsingInputError
+
 from isingattn.cli import main
 from isingattn.models.experiments import Cell, grid, run_cell, select
 from isingattn.models.grid_report import write_report
@@ -24,8 +26,12 @@ def test_grid_selection_and_errors():
     assert {c.engine for c in select(full, "annealing", 12)} == {"dqa", "sqa", "gibbs"}
     with pytest.raises(ValueError, match="--only"):
         select(full, "nope")
-    with pytest.raises(ValueError, match="no cell"):
+    with pytest.raises(IsingInputError, match="--seq-len must be one of 4, 8, 12, 16 for --only shakespeare"):
         select(full, "shakespeare", 20)
+    with pytest.raises(IsingInputError, match="--engine must be one of"):
+        select(full, engine="nonsense")
+    with pytest.raises(IsingInputError, match="no cell matches"):  # each value exists, not together
+        select(full, "annealing", 12, ffn=False)
 
 
 def test_cells_resume_and_report(tmp_path):
@@ -55,3 +61,20 @@ def test_cells_resume_and_report(tmp_path):
         assert (root / png).stat().st_size > 0
     # the small model-only copy is a checkpoint `isingattn analyze` reads
     assert main(["analyze", str(root / "brackets/T6/model-hJ-s0.npz"), "--out", str(tmp_path / "an")]) == 0
+
+
+def test_report_only_rebuilds_the_committed_report_from_committed_files(tmp_path):
+    """A fresh clone has no checkpoints (they are not committed): the report must come out
+    the same from the files that are, and the committed logs hold no duplicate rows."""
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).parents[1] / "results" / "reproduce"
+    root = tmp_path / "reproduce"
+    shutil.copytree(committed, root, ignore=shutil.ignore_patterns("ckpt-*.npz", ".lock", ".isingattn-*"))
+    write_report(str(root))
+    for name in ["README.md"] + [p.name for p in committed.glob("*.csv")]:
+        assert (root / name).read_text() == (committed / name).read_text(), name
+    for log in committed.glob("*/*/metrics.jsonl"):
+        keys = [(r["variant"], r["seed"], r["step"]) for r in map(json.loads, log.read_text().splitlines())]
+        assert len(keys) == len(set(keys)), f"duplicate rows in {log}"
