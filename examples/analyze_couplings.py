@@ -2,6 +2,7 @@
 
 With a trained checkpoint, its first head's J; without one, a toy J with the
 structure the paper reports (ferromagnetic at distances 2-4, antiferromagnetic at 6+).
+The figure goes to runs/examples/couplings.png unless --plot says otherwise.
 
     python examples/analyze_couplings.py
     python examples/analyze_couplings.py --checkpoint results/reproduce/shakespeare/T12/ckpt-hJ-s0.npz
@@ -16,7 +17,7 @@ from isingattn import analysis
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--checkpoint", default=None)
 p.add_argument("--threshold", type=float, default=0.05)
-p.add_argument("--plot", default="couplings.png", help="output figure ('' to skip)")
+p.add_argument("--plot", default="runs/examples/couplings.png", help="output figure ('' to skip)")
 args = p.parse_args()
 
 if args.checkpoint:

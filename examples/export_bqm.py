@@ -4,6 +4,7 @@ With a trained checkpoint, the model is the one an attention head solves for one
 query of a text (the same as ``isingattn export-bqm``); without one, a random
 dense model. The file is dimod's own serialization, readable by dwave-samplers,
 openjij or a D-Wave sampler. Sample marginals are checked against exact ones.
+The file goes to runs/examples/model.bqm unless --out says otherwise.
 
     python examples/export_bqm.py                                   # random n=10 model
     python examples/export_bqm.py --checkpoint runs/shakespeare-T12/ckpt-hJ-s0.npz --text "ROMEO: What" --query 9
@@ -14,7 +15,7 @@ import argparse
 import dimod
 import numpy as np
 
-from isingattn import IsingModel, inference
+from isingattn import IsingModel, atomic, inference
 from isingattn.instances import random_model
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -22,7 +23,7 @@ p.add_argument("--checkpoint", default=None)
 p.add_argument("--text", default="ROMEO: What")
 p.add_argument("--query", type=int, default=9)
 p.add_argument("--n", type=int, default=10, help="spins of the random model (without --checkpoint)")
-p.add_argument("--out", default="model.bqm")
+p.add_argument("--out", default="runs/examples/model.bqm", help="the BQM file to write")
 p.add_argument("--reads", type=int, default=2000)
 args = p.parse_args()
 
@@ -37,7 +38,7 @@ else:
     model = IsingModel(h, J, beta=1.0)
 
 bqm = model.to_bqm()  # linear = -h, quadratic = -J: bqm.energy(s) == E(s); beta is the sampler's
-with bqm.to_file() as src, open(args.out, "wb") as f:
+with bqm.to_file() as src, atomic.writing(args.out, "wb") as f:  # atomic: never a half-written file
     f.write(src.read())
 with open(args.out, "rb") as f:
     loaded = dimod.BinaryQuadraticModel.from_file(f)

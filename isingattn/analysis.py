@@ -12,6 +12,7 @@ from typing import Optional
 import networkx as nx
 import numpy as np
 
+from isingattn import atomic
 from isingattn.errors import IsingInputError
 from isingattn.model import IsingModel
 
@@ -126,5 +127,5 @@ def plot_couplings(x, path: Optional[str] = None, threshold: float = 0.0, index=
     ax[2].axis("off")
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=120)
+        atomic.savefig(fig, path, dpi=120)
     return fig

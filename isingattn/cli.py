@@ -1,23 +1,98 @@
-"""The ``isingattn`` command line."""
+"""The ``isingattn`` command line.
+
+Every bad input ends with one line on stderr (``isingattn: error: ...`` or argparse's
+``isingattn <verb>: error: ...``) that names the option, the value and the fix, and
+exit status 2. Options are checked, and output folders probed for writability, before
+any data is loaded or any training starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
+import tempfile
 import time
+
+
+# -- argument types: argparse turns an ArgumentTypeError into "argument --x: <message>" ---------------------------
+
+def _int_at_least(lo: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo:
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+_positive_int = _int_at_least(1, "a positive integer")
+_nonnegative_int = _int_at_least(0, "an integer ≥ 0")
+
+
+def _float_check(what: str, ok):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and ok(value)):
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+_positive_float = _float_check("a finite number > 0", lambda v: v > 0)
+_nonnegative_float = _float_check("a finite number ≥ 0", lambda v: v >= 0)
+
+
+def _bracket_length(text: str) -> int:
+    value = _positive_int(text)
+    if value % 2 or value < 2:
+        raise argparse.ArgumentTypeError(f"must be an even integer ≥ 2 (a balanced bracket string has even length); "
+                                         f"got {text!r}")
+    return value
+
+
+def _names(text: str) -> tuple:
+    """'a, b,c' -> ('a', 'b', 'c')."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _variant_list(text: str) -> tuple:
+    from isingattn.attention import VARIANTS
+
+    names = _names(text)
+    bad = [v for v in names if v not in VARIANTS]
+    if not names or bad:
+        got = f"unknown variant(s) {', '.join(map(repr, bad))}" if bad else f"no variant in {text!r}"
+        raise argparse.ArgumentTypeError(f"{got}; give a comma-separated list of {', '.join(VARIANTS)}")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"lists a variant twice ({text!r}); give each at most once")
+    return names
 
 
 def _parse_kw(text: str) -> dict:
     """'num_samples=200,schedule=colored' -> {'num_samples': 200, 'schedule': 'colored'}."""
+    from isingattn.errors import IsingInputError
+
     out = {}
     for item in filter(None, (t.strip() for t in (text or "").split(","))):
-        if "=" not in item:
-            raise SystemExit(f"--engine-kw expects key=value pairs separated by commas; got {item!r}.")
-        k, v = item.split("=", 1)
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise IsingInputError(f"--engine-kw expects key=value pairs separated by commas, e.g. "
+                                  f"num_samples=200,num_chains=4; got {item!r}.")
         try:
             out[k.strip()] = json.loads(v)
         except json.JSONDecodeError:
@@ -25,22 +100,115 @@ def _parse_kw(text: str) -> dict:
     return out
 
 
+# -- checks that need more than one option, run before anything is loaded or trained ----------------------------
+
+def _error(message: str):
+    from isingattn.errors import IsingInputError
+
+    return IsingInputError(message)
+
+
+def _check_writable(path: str, option: str, *, is_file: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any work starts: probe the
+    folder (or the nearest existing ancestor it would be created in) with a temporary file."""
+    folder = os.path.dirname(os.path.abspath(path)) if is_file else os.path.abspath(path)
+    if is_file and os.path.isdir(path):
+        raise _error(f"{option} {path!r} is a folder; give a file path.")
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise _error(f"{option} {path!r} cannot be created: {probe!r} is a file, not a folder. "
+                     f"Choose another {option}.")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".isingattn-probe-"):
+            pass
+    except OSError as e:
+        raise _error(f"{option} {path!r} is not writable ({e.strerror} in {probe!r}); choose another {option} "
+                     "or fix the folder's permissions.") from None
+
+
+def _engine_from_args(name: str, kw_text: str, option: str = "--engine"):
+    from isingattn.errors import IsingInputError, IsingTypeError
+    from isingattn.inference import get
+
+    kw = _parse_kw(kw_text)
+    try:
+        return get(name, **kw), kw
+    except (IsingInputError, IsingTypeError) as e:
+        given = f"{option} {name}" + (f" --engine-kw {kw_text}" if kw else "")
+        raise _error(f"{given}: {e}") from None
+
+
+def _dyck_words(T: int, depth: int, types: int) -> int:
+    """How many distinct bracket strings of length T, nesting ≤ depth, ``types`` kinds exist."""
+    ways = [1] + [0] * depth  # ways[d]: prefixes ending at depth d
+    for _ in range(T):
+        ways = [(ways[d - 1] if d else 0) + (ways[d + 1] if d < depth else 0) for d in range(depth + 1)]
+    return ways[0] * types ** (T // 2)
+
+
+def _check_train_args(args) -> None:
+    """Every option of ``train`` that argparse's types cannot check alone."""
+    engine, _ = _engine_from_args(args.engine, args.engine_kw)
+    coupled = [v for v in args.variants if v in ("hJ", "J")]
+    max_n = getattr(engine, "max_n", None)
+    if coupled and isinstance(max_n, int) and args.seq_len > max_n:
+        raise _error(f"--seq-len {args.seq_len} exceeds what --engine {args.engine} solves for the {'/'.join(coupled)} "
+                     f"variant(s): at most {max_n} spins (its max_n). Use --seq-len ≤ {max_n}, --engine banded with "
+                     "--J-param banded --J-band 8, or an approximate engine (gibbs, sqa, meanfield-bp).")
+    if args.d_model % args.heads:
+        raise _error(f"--heads {args.heads} must divide --d-model {args.d_model}; pick --heads among the divisors of "
+                     f"{args.d_model}.")
+    if args.J_param == "banded" and args.J_band is None:
+        raise _error("--J-param banded needs --J-band, the largest coupled distance, e.g. --J-band 8.")
+    if args.J_param == "full" and args.J_band is not None:
+        raise _error(f"--J-band {args.J_band} applies to --J-param banded or toeplitz; a full J has no band.")
+    if args.devices is not None:
+        import jax
+
+        if args.devices > len(jax.devices()):
+            raise _error(f"--devices {args.devices}: only {len(jax.devices())} device(s) are visible to JAX. "
+                         "On CPU, fake devices come from XLA_FLAGS=--xla_force_host_platform_device_count=N.")
+        if args.batch_size % args.devices:
+            raise _error(f"--batch-size {args.batch_size} must be a multiple of --devices {args.devices}.")
+    if args.task == "brackets":
+        from isingattn.models.brackets import BRACKETS
+
+        if args.types > len(BRACKETS):
+            raise _error(f"--types {args.types}: there are {len(BRACKETS)} bracket kinds ({BRACKETS}); "
+                         f"use --types 1..{len(BRACKETS)}.")
+        depth = args.seq_len // 2 if args.depth is None else min(args.depth, args.seq_len // 2)
+        distinct = min(_dyck_words(args.seq_len, depth, args.types), 2 * (args.n_train + args.n_test))
+        if int(0.2 * distinct) < 1:  # brackets.make_data holds out at most 20% of the distinct strings
+            raise _error(f"--seq-len {args.seq_len} --types {args.types} (--depth {depth}, --n-train {args.n_train}, "
+                         f"--n-test {args.n_test}) yields at most {distinct} distinct bracket string(s), too few "
+                         "for a held-out test set (at most 20% are held out); use a longer --seq-len, more --types, "
+                         "or a larger --n-train.")
+
+
 def _cell_from_args(args, task: str):
     from isingattn.models.experiments import Cell
 
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test) if task == "brackets" else {}
-    return Cell(task, task, args.seq_len, variants=variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
+    cell = Cell(task, task, args.seq_len, variants=args.variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
                 engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
                 batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads,
                 eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band, **extra)
+    vocab = 2 * args.types if task == "brackets" else 1  # the vocabulary does not change what is valid
+    for v in cell.variants:  # build every model config now: its checks run before any data is loaded
+        cell.config(v, vocab)
+    cell.train_config()
+    return cell
 
 
 def _train(args) -> int:
     from isingattn.models.experiments import run_cell, write_summary
 
+    _check_train_args(args)
     cell = _cell_from_args(args, args.task)
     out = args.out or os.path.join("runs", f"{args.task}-T{args.seq_len}{'' if args.ffn else '-noffn'}")
+    _check_writable(out, "--out")
     t0 = time.perf_counter()
     mesh = None
     if args.devices:
@@ -48,78 +216,125 @@ def _train(args) -> int:
 
         mesh = data_mesh(args.devices)
     results = run_cell(cell, out, data_path=getattr(args, "data", None), progress=not args.no_progress,
-                       command=" ".join(["isingattn", *sys.argv[1:]]), resume=args.resume, mesh=mesh)
+                       command=" ".join(["isingattn", *args.argv]), resume=args.resume, mesh=mesh,
+                       restart=args.restart)
     print("\n" + write_summary(cell, results, out, time.perf_counter() - t0))
     print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl, ckpt-*.npz")
     return 0
 
 
-def _reproduce(args) -> int:
-    from isingattn.models.experiments import grid, run_cell, select, write_summary
-    from isingattn.models.grid_report import write_report
+def _check_reproduce_args(args) -> None:
+    """``reproduce``'s names against the grid, and its output folder, before any cell runs."""
+    from isingattn.models.experiments import grid
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
+    _check_writable(root, "--out")
+    if args.report_only:
+        return
+    cells = grid(args.quick)
+    for option, value, attr in (("--only", args.only, "part"), ("--seq-len", args.seq_len, "seq_len"),
+                                ("--engine", args.engine, "engine")):
+        valid = sorted({getattr(c, attr) for c in cells})
+        if value is not None and value not in valid:
+            raise _error(f"{option} {value}: the {'quick ' if args.quick else ''}grid has no such cell; "
+                         f"choose one of {', '.join(map(str, valid))}.")
+
+
+def _reproduce(args) -> int:
+    _check_reproduce_args(args)
+    from isingattn.models.experiments import grid, run_cell, select, write_summary
+    from isingattn.models.grid_report import write_report
+    from isingattn.models.shakespeare import HOW_TO_ENABLE, DataUnavailable
+
+    root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
+    skipped = []
     if not args.report_only:
         ffn = None if args.ffn is None else args.ffn == "on"
         cells = select(grid(args.quick), args.only, args.seq_len, ffn, args.engine)
+        if args.seeds is not None:  # validated by Cell
+            cells = [dataclasses.replace(c, seeds=args.seeds) for c in cells]
         print(f"{len(cells)} cell(s) -> {root}: " + ", ".join(c.name for c in cells), flush=True)
         for cell in cells:
-            if args.seeds is not None:
-                cell = dataclasses.replace(cell, seeds=args.seeds)
             out = os.path.join(root, cell.name)
             t0 = time.perf_counter()
-            results = run_cell(cell, out, data_path=args.data, progress=not args.no_progress,
-                               command=" ".join(["isingattn", *sys.argv[1:]]))
+            try:
+                results = run_cell(cell, out, data_path=args.data, progress=not args.no_progress,
+                                   command=" ".join(["isingattn", *sys.argv[1:]]),
+                                   restart=getattr(args, "restart", False))
+            except DataUnavailable:  # offline without the corpus: run what needs no download
+                skipped.append(cell.name)
+                print(f"\nskipped {cell.name}: it needs the Tiny Shakespeare corpus", flush=True)
+                continue
             print("\n" + write_summary(cell, results, out, time.perf_counter() - t0), flush=True)
     print(write_report(root))
     print(f"wrote {root}/README.md")
+    if skipped:
+        print(f"skipped {len(skipped)} cell(s) that need the Tiny Shakespeare corpus: {', '.join(skipped)}. "
+              f"To run them, {HOW_TO_ENABLE}, then rerun this command (finished cells are not retrained).")
     return 0
 
 
+def _analysis_folder(checkpoint: str) -> str:
+    """runs/analyze/<two parent folders>-<stem>: e.g. results/reproduce/brackets/T8/ckpt-hJ-s0.npz ->
+    runs/analyze/brackets-T8-ckpt-hJ-s0 (never next to the checkpoint, which may sit in results/)."""
+    parts = os.path.normpath(os.path.abspath(checkpoint)).split(os.sep)
+    stem = os.path.splitext(parts[-1])[0]
+    return os.path.join("runs", "analyze", "-".join([p for p in parts[-3:-1] if p] + [stem]))
+
+
 def _analyze(args) -> int:
-    from isingattn import analysis
+    from isingattn import analysis, atomic
     from isingattn.models.saved import load_transformer
 
+    out = args.out or _analysis_folder(args.checkpoint)
+    _check_writable(out, "--out")
     model, meta = load_transformer(args.checkpoint)
+    variant = model.config.variant
+    if variant not in ("hJ", "J"):
+        # refused (exit 2) rather than drawing all-zero plots: a script that asked for an
+        # analysis of couplings must not read a success from a model that has none
+        raise _error(f"{args.checkpoint} holds a {variant!r} model, which has no learned couplings (J ≡ 0): "
+                     "nothing to analyze. Pass a checkpoint of the hJ or J variant (e.g. ckpt-hJ-s0.npz).")
     J = model.attn.couplings()  # (H, T, T)
-    out = args.out or os.path.splitext(args.checkpoint)[0] + "-analysis"
-    os.makedirs(out, exist_ok=True)
     report = {}
+    import matplotlib.pyplot as plt
+
     for h in range(J.shape[0]):
         Jh = J[h]
         thr = args.threshold if args.threshold is not None else 0.05 * float(abs(Jh).max())
         s = analysis.summary(Jh, threshold=thr)
         report[f"head{h}"] = {"threshold": thr, **s}
         prof = " ".join(f"{d + 1}:{v:+.3f}" for d, v in enumerate(s["distance_profile"]))
-        print(f"head {h} (variant {model.config.variant}, T={Jh.shape[0]}, |J| > {thr:.3g}):\n"
+        print(f"head {h} (variant {variant}, T={Jh.shape[0]}, |J| > {thr:.3g}):\n"
               f"  mean J by distance  {prof}\n"
               f"  ferro {s['ferro']:.2f}  antiferro {s['antiferro']:.2f}  edges {s['edges']}  "
               f"frustrated triangles {s['frustrated_triangles']}\n"
               f"  communities {s['communities']}\n"
               f"  strongest nodes {sorted(s['strength'], key=s['strength'].get, reverse=True)[:5]}")
-        fig = analysis.plot_couplings(Jh, os.path.join(out, f"J-head{h}.png"), threshold=thr,
-                                      title=f"J head {h}")
-        import matplotlib.pyplot as plt
-
+        fig = analysis.plot_couplings(Jh, os.path.join(out, f"J-head{h}.png"), threshold=thr, title=f"J head {h}")
         plt.close(fig)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(report, f, indent=2)
+    atomic.write_json(os.path.join(out, "summary.json"), report, indent=2)
     print(f"wrote {out}/summary.json and J-head*.png (heatmap, distance profile, coupling graph)")
     return 0
 
 
 def _export_bqm(args) -> int:
+    from isingattn import atomic
     from isingattn.models.query_model import query_model
     from isingattn.models.saved import load_transformer
 
+    _check_writable(args.out, "--out", is_file=True)
     model, meta = load_transformer(args.checkpoint)
     ising = query_model(model, meta, args.text, args.query, head=args.head)
     bqm = ising.to_bqm()
-    with bqm.to_file() as src, open(args.out, "wb") as f:
+    with bqm.to_file() as src, atomic.writing(args.out, "wb") as f:
         shutil.copyfileobj(src, f)
     print(f"wrote {args.out}: {len(bqm.variables)} spins, {len(bqm.quadratic)} couplings, beta={float(ising.beta):g} "
           f"(query {args.query}, head {args.head}); load with dimod.BinaryQuadraticModel.from_file(open(path, 'rb')).")
     return 0
+
+
+GRAPHS = ("dense", "chain", "lattice")
 
 
 def _load_model(args):
@@ -130,124 +345,187 @@ def _load_model(args):
     from isingattn import IsingModel
     from isingattn.instances import random_model
 
-    if args.graph in ("dense", "chain", "lattice"):
+    if args.graph in GRAPHS:
         rng = np.random.default_rng(np.asarray(jax.random.key_data(jax.random.PRNGKey(args.seed))).ravel())
         h, J = random_model(rng, args.n, h_scale=args.h_scale, J_scale=args.j_scale, graph=args.graph)
         return IsingModel(h, J, beta=args.beta)
     import dimod
 
-    if not os.path.exists(args.graph):
-        raise SystemExit(f"--graph must be dense, chain, lattice or a BQM file; {args.graph!r} does not exist.")
+    if not os.path.isfile(args.graph):
+        raise _error(f"--graph {args.graph}: not one of {', '.join(GRAPHS)} and no such file; pass a generated "
+                     "graph name or a dimod BQM file (written by bqm.to_file()).")
     try:
         with open(args.graph, "rb") as f:
             bqm = dimod.BinaryQuadraticModel.from_file(f)
-    except Exception as e:  # dimod raises various errors on corrupt input
-        raise SystemExit(f"could not read {args.graph!r} as a dimod BQM file (written by bqm.to_file()): {e}") from None
+    except Exception as e:  # dimod raises various errors on corrupt input; this wraps only the file read
+        raise _error(f"--graph {args.graph}: could not read it as a dimod BQM file (written by bqm.to_file()): "
+                     f"{type(e).__name__}: {e}") from None
     return IsingModel.from_bqm(bqm, beta=args.beta)
 
 
 def _compare(args) -> int:
     import jax
 
-    from isingattn.compare import compare, format_table, plot_comparison
-    from isingattn.engine import available, get
+    from isingattn.compare import EXACT_REFERENCE_MAX_N, compare, format_table, plot_comparison
+    from isingattn.inference import available
 
-    names = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = [e for e in names if e not in available()]
+    if not args.engines:
+        raise _error(f"--engines names no engine; give a comma-separated list of {', '.join(available())}.")
+    unknown = [e for e in args.engines if e not in available()]
     if unknown:
-        raise SystemExit(f"unknown engine(s) {unknown}; available: {', '.join(available())}.")
+        raise _error(f"--engines {','.join(args.engines)}: unknown engine(s) {', '.join(map(repr, unknown))}; "
+                     f"available: {', '.join(available())}.")
+    if args.reference not in available():
+        raise _error(f"--reference {args.reference}: unknown engine; available: {', '.join(available())}.")
+    if args.out:
+        _check_writable(args.out, "--out")
     model = _load_model(args)
-    rows = compare(model, {e: get(e) for e in names}, key=jax.random.PRNGKey(args.seed))
-    title = f"engines on {args.graph} n={model.n} beta={float(model.beta):g} (seed {args.seed})"
+    if args.reference == "exact" and model.n > EXACT_REFERENCE_MAX_N:
+        raise _error(f"--n {model.n}: the exact reference (--reference exact, the default) handles at most "
+                     f"{EXACT_REFERENCE_MAX_N} spins; pass --reference with an approximate engine, e.g. --reference "
+                     "gibbs (errors are then relative to it), or use --n ≤ 20.")
+    engines = {name: _engine_from_args(name, "", option="--engines")[0] for name in args.engines}
+    too_small = [f"{name} (at most {e.max_n})" for name, e in engines.items()
+                 if isinstance(getattr(e, "max_n", None), int) and model.n > e.max_n]
+    if too_small:
+        raise _error(f"--engines: {', '.join(too_small)} cannot solve n = {model.n} spins; drop them from --engines "
+                     "or use a smaller --n.")
+    rows = compare(model, engines, key=jax.random.PRNGKey(args.seed), reference=args.reference)
+    title = (f"engines on {args.graph} n={model.n} beta={float(model.beta):g} (seed {args.seed})"
+             + ("" if args.reference == "exact" else f", errors relative to {args.reference}"))
     print(title + "\n\n" + format_table(rows, markdown=not args.plain))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "compare.md"), "w") as f:
-            f.write(title + "\n\n" + format_table(rows) + "\n")
-        ref = compare(model, {"exact": get("exact")}, key=jax.random.PRNGKey(args.seed))[0]["mean"] \
-            if model.n <= 20 else rows[0]["mean"]
-        plot_comparison(rows, ref, os.path.join(args.out, "compare.png"))
+        from isingattn import atomic
+
+        atomic.write_text(os.path.join(args.out, "compare.md"), title + "\n\n" + format_table(rows) + "\n")
+        plot_comparison(rows, rows.reference.mean, os.path.join(args.out, "compare.png"))
         print(f"wrote {args.out}/compare.md and compare.png")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (not the usage block) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default, except a flag's (store_true/store_false: its help says
+    what giving it does; "(default: True)" on --no-ffn would read backwards) and a None
+    or empty default (the help says in words what happens without the option)."""
+
+    def _get_help_string(self, action):
+        if action.nargs == 0 or action.default is None or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    train = sub.add_parser("train", help="train and compare attention variants")
-    tasks = train.add_subparsers(dest="task", required=True)
-    b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    fmt = dict(formatter_class=_HelpFormatter)
+    p = _Parser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.", **fmt)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    train = sub.add_parser("train", help="train and compare attention variants", **fmt)
+    tasks = train.add_subparsers(dest="task", required=True, metavar="TASK")
+    b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket", **fmt)
+    s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)", **fmt)
     for t, T in ((b, 8), (s_, 12)):
-        t.add_argument("--seq-len", type=int, default=T, help="context length T")
-        t.add_argument("--variants", default="softmax,hJ,h,J", help="comma-separated: softmax, hJ, h, J")
-        t.add_argument("--seeds", type=int, default=3)
-        t.add_argument("--steps", type=int, default=1500)
-        t.add_argument("--batch-size", type=int, default=64)
-        t.add_argument("--lr", type=float, default=3e-3)
-        t.add_argument("--eval-every", type=int, default=250)
-        t.add_argument("--d-model", type=int, default=64)
-        t.add_argument("--heads", type=int, default=1)
-        t.add_argument("--no-ffn", dest="ffn", action="store_false", help="drop the FFN (the paper's ablation)")
+        if t is b:
+            t.add_argument("--seq-len", type=_bracket_length, default=T, help="context length T (even, ≥ 2)")
+        else:
+            t.add_argument("--seq-len", type=_positive_int, default=T, help="context length T (≥ 1)")
+        t.add_argument("--variants", type=_variant_list, default="softmax,hJ,h,J",
+                       help="comma-separated attention variants: softmax, hJ, h, J")
+        t.add_argument("--seeds", type=_positive_int, default=3, help="paired seeds per variant (seeds 0..N-1)")
+        t.add_argument("--steps", type=_positive_int, default=1500, help="training steps per run")
+        t.add_argument("--batch-size", type=_positive_int, default=64, help="sequences per step")
+        t.add_argument("--lr", type=_positive_float, default=3e-3, help="peak AdamW learning rate (warmup, cosine)")
+        t.add_argument("--eval-every", type=_positive_int, default=250, help="steps between held-out evaluations")
+        t.add_argument("--d-model", type=_positive_int, default=64, help="model width")
+        t.add_argument("--heads", type=_positive_int, default=1, help="attention heads (must divide --d-model)")
+        t.add_argument("--no-ffn", dest="ffn", action="store_false",
+                       help="drop the FFN block (the paper's ablation); without this flag the model has one")
         t.add_argument("--engine", default="exact", help="inference engine for hJ and J (a registry name)")
-        t.add_argument("--engine-kw", default="", help="engine configuration, e.g. num_samples=200,num_chains=4")
+        t.add_argument("--engine-kw", default="",
+                       help="engine configuration, e.g. num_samples=200,num_chains=4; without it the engine's defaults")
         t.add_argument("--J-param", dest="J_param", choices=("full", "toeplitz", "banded"), default="full",
                        help="J parametrization: full [T,T], toeplitz (by distance) or banded (zero beyond --J-band)")
-        t.add_argument("--J-band", dest="J_band", type=int, default=None,
+        t.add_argument("--J-band", dest="J_band", type=_positive_int, default=None,
                        help="bandwidth of J: needed by banded, optional for toeplitz (e.g. 8 with --engine banded "
-                            "--engine-kw bandwidth=8)")
-        t.add_argument("--out", default=None, help="output folder (default runs/<task>-T<T>)")
-        t.add_argument("--no-progress", action="store_true")
+                            "--engine-kw bandwidth=8); without it toeplitz spans the whole context")
+        t.add_argument("--out", default=None,
+                       help="output folder; without it runs/<task>-T<T> (plus -noffn without the FFN)")
+        t.add_argument("--no-progress", action="store_true", help="no progress bars")
         t.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")
-        t.add_argument("--devices", type=int, default=None,
-                       help="train data-parallel on this many devices (--batch-size must be a multiple of it)")
+        t.add_argument("--restart", action="store_true",
+                       help="discard the runs in --out and start over (instead of refusing a folder that holds "
+                            "another configuration)")
+        t.add_argument("--devices", type=_positive_int, default=None,
+                       help="train data-parallel on this many devices (--batch-size must be a multiple of it); "
+                            "without it, one device")
         t.set_defaults(func=_train)
-    b.add_argument("--depth", type=int, default=None, help="maximum nesting depth (default T/2)")
-    b.add_argument("--types", type=int, default=3, help="number of bracket kinds")
-    b.add_argument("--n-train", type=int, default=20000)
-    b.add_argument("--n-test", type=int, default=2000)
-    s_.add_argument("--data", default=None, help="path to input.txt (else $ISINGATTN_DATA, the cache, or a verified download)")
+    b.add_argument("--depth", type=_positive_int, default=None,
+                   help="maximum nesting depth; without it T/2 (any nesting)")
+    b.add_argument("--types", type=_positive_int, default=3, help="number of bracket kinds (1..4)")
+    b.add_argument("--n-train", type=_positive_int, default=20000, help="training strings (fewer if T is short)")
+    b.add_argument("--n-test", type=_positive_int, default=2000,
+                   help="held-out test strings (at most 20%% of the distinct strings if T is short)")
+    s_.add_argument("--data", default=None,
+                    help="path to input.txt; without it $ISINGATTN_DATA, the cache, or a verified download")
 
-    r = sub.add_parser("reproduce", help="the paper's experiment grid, resumable, into results/",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r = sub.add_parser("reproduce", help="the paper's experiment grid, resumable, into results/", **fmt)
     r.add_argument("--quick", action="store_true", help="a small grid (minutes on 2 CPU cores) into runs/reproduce-quick")
-    r.add_argument("--only", default=None, help="one part: shakespeare, brackets or annealing")
-    r.add_argument("--seq-len", type=int, default=None, help="only the cells at this context length")
-    r.add_argument("--ffn", choices=("on", "off"), default=None, help="only cells with / without the FFN")
-    r.add_argument("--seeds", type=int, default=None, help="override the number of seeds per cell")
-    r.add_argument("--engine", default=None, help="only cells trained with this engine (e.g. dqa)")
-    r.add_argument("--data", default=None, help="Tiny Shakespeare input.txt (else $ISINGATTN_DATA, cache, download)")
-    r.add_argument("--out", default=None, help="root folder (default results/reproduce, or runs/reproduce-quick)")
+    r.add_argument("--only", default=None, help="one part: shakespeare, brackets or annealing; without it, all")
+    r.add_argument("--seq-len", type=_positive_int, default=None,
+                   help="only the cells at this context length; without it, all")
+    r.add_argument("--ffn", choices=("on", "off"), default=None,
+                   help="only cells with / without the FFN; without it, both")
+    r.add_argument("--seeds", type=_positive_int, default=None,
+                   help="override the number of seeds per cell; without it, each cell's own")
+    r.add_argument("--engine", default=None, help="only cells trained with this engine (e.g. dqa); without it, all")
+    r.add_argument("--data", default=None,
+                   help="Tiny Shakespeare input.txt; without it $ISINGATTN_DATA, the cache, or a download")
+    r.add_argument("--out", default=None,
+                   help="root folder; without it results/reproduce, or runs/reproduce-quick with --quick")
     r.add_argument("--report-only", action="store_true", help="rebuild tables and plots from finished cells")
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--restart", action="store_true",
+                   help="discard the selected cells' runs and retrain them (instead of refusing a cell folder that "
+                        "holds another configuration)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(func=_reproduce)
 
-    a = sub.add_parser("analyze", help="graph analysis of a trained checkpoint's learned J (networkx)")
-    a.add_argument("checkpoint")
-    a.add_argument("--threshold", type=float, default=None, help="edge threshold on |J| (default 5%% of max |J|)")
-    a.add_argument("--out", default=None, help="folder for plots and summary.json (default next to the checkpoint)")
+    a = sub.add_parser("analyze", help="graph analysis of a trained checkpoint's learned J (networkx)", **fmt)
+    a.add_argument("checkpoint", help="a checkpoint of an hJ or J model (ckpt-<variant>-s<seed>.npz)")
+    a.add_argument("--threshold", type=_nonnegative_float, default=None,
+                   help="edge threshold on |J|; without it 5%% of each head's max |J|")
+    a.add_argument("--out", default=None,
+                   help="folder for the plots and summary.json; without it runs/analyze/<checkpoint's folders and "
+                        "name>")
     a.set_defaults(func=_analyze)
 
-    e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file")
-    e.add_argument("checkpoint")
+    e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file", **fmt)
+    e.add_argument("checkpoint", help="a checkpoint of an hJ, h or J model (ckpt-<variant>-s<seed>.npz)")
     e.add_argument("--text", required=True, help="input text (characters of the model's vocabulary)")
-    e.add_argument("--query", type=int, required=True, help="query position i (keys 0..i are the spins)")
-    e.add_argument("--head", type=int, default=0)
+    e.add_argument("--query", type=_nonnegative_int, required=True,
+                   help="query position i (keys 0..i are the spins)")
+    e.add_argument("--head", type=_nonnegative_int, default=0, help="attention head")
     e.add_argument("--out", required=True, help="output file (dimod's own serialization, BinaryQuadraticModel.to_file)")
     e.set_defaults(func=_export_bqm)
 
-    c = sub.add_parser("compare", help="compare inference engines on one coupling graph",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    c.add_argument("--n", type=int, default=16, help="number of spins (generated graphs)")
+    c = sub.add_parser("compare", help="compare inference engines on one coupling graph", **fmt)
+    c.add_argument("--n", type=_positive_int, default=16, help="number of spins (generated graphs)")
     c.add_argument("--graph", default="dense", help="dense, chain, lattice, or a dimod BQM file (bqm.to_file())")
-    c.add_argument("--beta", type=float, default=1.0)
-    c.add_argument("--h-scale", type=float, default=1.0, help="fields ~ N(0, h_scale²)")
-    c.add_argument("--j-scale", type=float, default=None, help="couplings ~ N(0, j_scale²), default 1/sqrt(n)")
-    c.add_argument("--engines", default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--out", default=None, help="folder for compare.md and compare.png")
+    c.add_argument("--beta", type=_positive_float, default=1.0, help="inverse temperature")
+    c.add_argument("--h-scale", type=_nonnegative_float, default=1.0, help="fields ~ N(0, h_scale²)")
+    c.add_argument("--j-scale", type=_nonnegative_float, default=None,
+                   help="couplings ~ N(0, j_scale²); without it 1/sqrt(n)")
+    c.add_argument("--engines", type=_names, default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa",
+                   help="comma-separated engines (registry names) to compare")
+    c.add_argument("--reference", default="exact",
+                   help="engine the errors are measured against; exact handles n ≤ 20, above that name an "
+                        "approximate engine (e.g. gibbs)")
+    c.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of the generated graph and the samplers")
+    c.add_argument("--out", default=None, help="folder for compare.md and compare.png; without it, print only")
     c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")
     c.set_defaults(func=_compare)
     return p
@@ -264,22 +542,33 @@ def _enable_compile_cache():
 
 
 def main(argv=None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; bad input raises."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     _enable_compile_cache()
     return args.func(args)
 
 
-def run() -> int:
-    """The console script: bad input ends with its message, not a traceback."""
+def run(argv=None) -> int:
+    """The console script: bad input ends with one line on stderr and exit status 2, not a
+    traceback. Only the errors bad input raises are caught (a bug still shows its traceback)."""
     from isingattn.checkpoint import CheckpointError
-    from isingattn.errors import IsingInputError
+    from isingattn.errors import IsingInputError, IsingTypeError
     from isingattn.models.shakespeare import DataError
 
     try:
-        return main()
-    except (IsingInputError, CheckpointError, DataError) as e:
-        print(f"isingattn: error: {e}", file=sys.stderr)
-        return 2
+        return main(argv)
+    except SystemExit as e:  # argparse: --help (0) or a bad option (2, its message already printed)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except (IsingInputError, IsingTypeError, CheckpointError, DataError) as e:
+        message = str(e)
+    except OSError as e:  # the file system refused (permissions, a full disk, a vanished file)
+        message = f"{e.strerror or e}" + (f": {e.filename!r}" if e.filename else "")
+    print("isingattn: error: " + " ".join(message.split()), file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

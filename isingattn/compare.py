@@ -10,10 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from isingattn import atomic
 from isingattn.engine import Engine, get
+from isingattn.errors import IsingInputError
+from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 KL_MAX_N = 16
+EXACT_REFERENCE_MAX_N = 20  # Exact(corr=True) holds 2^n x n values; above this pass another reference
 
 
 def _exact_log_probs(model: IsingModel):
@@ -31,32 +35,50 @@ def _state_index(samples):
     return bits @ (1 << np.arange(bits.shape[-1] - 1, -1, -1))
 
 
+class Comparison(list):
+    """The rows of :func:`compare` (a list of dicts), plus the reference they are scored
+    against: ``reference`` (its :class:`~isingattn.marginals.Marginals`) and
+    ``reference_name``, so callers (e.g. a plot) need not run the reference again."""
+
+    def __init__(self, rows, reference: Marginals, reference_name: str):
+        super().__init__(rows)
+        self.reference = reference
+        self.reference_name = reference_name
+
+
 def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Union[str, Engine]]], *,
-            key: jax.Array, reference: Union[str, Engine, None] = None) -> list[dict]:
+            key: jax.Array, reference: Union[str, Engine, None] = None) -> Comparison:
     """Run every engine on ``model`` (one unbatched model) and score it against a reference.
 
-    The reference is ``Exact(corr=True)`` when ``n ≤ 20``, else the engine named by
-    ``reference``. Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
+    The reference is ``Exact(corr=True)`` when ``reference`` is None or ``"exact"``
+    (``n ≤ EXACT_REFERENCE_MAX_N``), else the engine given (a registry name or an
+    engine). Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
     ``corr_err`` (max off-diagonal |Δ⟨s_j s_k⟩|, when the engine reports ``corr``),
     ``kl`` (KL(empirical ‖ exact) of the sample distribution, samplers with n ≤ 16) and
     ``kl_floor`` (the same for as many exact draws: the finite-sample bias to compare with),
     ``ess`` (min over spins, when reported), ``wall_s`` (after compile) and
-    ``compile_s``, plus the engine's ``mean``.
+    ``compile_s``, plus the engine's ``mean [n]``. Returns a :class:`Comparison`: the
+    list of rows, with the reference's marginals as ``.reference``.
     """
     from isingattn.inference.exact import Exact
 
     if model.batch_shape:
-        raise ValueError(f"compare takes one model; got batch shape {model.batch_shape}. Use model.to_bqm(index) "
-                         "and IsingModel.from_bqm, or index h and J.")
+        raise IsingInputError(f"compare takes one model; got batch shape {model.batch_shape}. Use "
+                              "model.to_bqm(index) and IsingModel.from_bqm, or index h and J.")
     if isinstance(engines, Mapping):
         items = list(engines.items())
     else:
         items = [(e, get(e)) if isinstance(e, str) else (type(e).__name__, e) for e in engines]
-    if reference is None:
-        if model.n > 20:
-            raise ValueError(f"n = {model.n} is too large for an exact reference; pass reference='<engine name>'.")
-        reference = Exact(corr=True)
-    ref_engine = get(reference) if isinstance(reference, str) else reference
+    if reference is None or (isinstance(reference, str) and reference == "exact"):
+        if model.n > EXACT_REFERENCE_MAX_N:
+            raise IsingInputError(
+                f"n = {model.n} is too large for an exact reference (at most {EXACT_REFERENCE_MAX_N} spins); "
+                "pass reference='<engine name>' (an approximate engine, e.g. 'gibbs'; errors are then relative to it).")
+        reference = "exact"
+        ref_engine = Exact(corr=True)
+    else:
+        ref_engine = get(reference) if isinstance(reference, str) else reference
+    ref_name = reference if isinstance(reference, str) else type(reference).__name__
     keys = jax.random.split(key, len(items) + 1)
     ref = ref_engine.marginals(model, key=keys[-1])
     ref_mean = np.asarray(ref.mean)
@@ -92,7 +114,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         if isinstance(out.info, dict) and "ess" in out.info:
             row["ess"] = float(np.min(np.asarray(out.info["ess"])))
         rows.append(row)
-    return rows
+    return Comparison(rows, ref, ref_name)
 
 
 _COLS = [("engine", "engine", "{}"), ("max_err", "max err ⟨s⟩", "{:.2e}"), ("mean_err", "mean err ⟨s⟩", "{:.2e}"),
@@ -132,5 +154,5 @@ def plot_comparison(rows: Sequence[dict], reference_mean, path: Optional[str] = 
     b.set(xscale="log", yscale="log", xlabel="wall time after compile (s)", ylabel="max |Δm|", title="error vs time")
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=120)
+        atomic.savefig(fig, path, dpi=120)
     return fig

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
 import json
 from typing import Callable, ClassVar, Optional
 
 import equinox as eqx
 import jax
 
+from isingattn.errors import IsingInputError
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
@@ -49,13 +51,46 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get(name: str, **config) -> Engine:
-    """Build a registered engine by name, e.g. ``get("exact", max_n=20)``."""
+def _lookup(name) -> Callable[..., Engine]:
     try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown engine {name!r}; available: {', '.join(available())}.") from None
-    return cls(**config)
+        return _REGISTRY[name]
+    except (KeyError, TypeError):  # TypeError: an unhashable name (e.g. a list from JSON)
+        raise IsingInputError(f"unknown engine {name!r}; available: {', '.join(available())}.") from None
+
+
+def _keywords(factory) -> Optional[list[str]]:
+    """The keyword names ``factory`` accepts, or None when it takes ``**kwargs``."""
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def settings(name: str) -> Optional[list[str]]:
+    """The configuration keys of engine ``name`` (``get(name, **config)``), or None when it
+    passes arbitrary keywords on (e.g. ``dimod``, whose extra keywords go to the sampler)."""
+    factory = _lookup(name)
+    keys = _keywords(factory)
+    if keys is None and not isinstance(factory, type):
+        # a factory such as meanfield-bp(**config) -> MeanField: list what the built class takes
+        keys = _keywords(type(factory()))
+    return keys
+
+
+def get(name: str, **config) -> Engine:
+    """Build a registered engine by name, e.g. ``get("exact", max_n=20)``.
+
+    Raises :class:`IsingInputError` for an unknown name (listing the registered ones) or
+    an unknown configuration key (listing the engine's settings)."""
+    factory = _lookup(name)
+    keys = _keywords(factory)
+    if keys is None and not isinstance(factory, type):
+        keys = settings(name)
+    unknown = [] if keys is None else sorted(set(config) - set(keys))
+    if unknown:
+        raise IsingInputError(f"engine {name!r} has no setting {', '.join(map(repr, unknown))}; "
+                              f"its settings are: {', '.join(keys)}.")
+    return factory(**config)
 
 
 def to_spec(engine: Engine) -> dict:
@@ -75,5 +110,10 @@ def to_spec(engine: Engine) -> dict:
 
 
 def from_spec(spec: dict) -> Engine:
-    """The engine described by :func:`to_spec`."""
-    return get(spec["name"], **spec.get("config", {}))
+    """The engine described by :func:`to_spec`; a malformed spec raises :class:`IsingInputError`."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise IsingInputError(f'an engine spec is {{"name": <registry name>, "config": {{...}}}}; got {spec!r}.')
+    config = spec.get("config", {})
+    if not isinstance(config, dict):
+        raise IsingInputError(f"the config of engine spec {spec['name']!r} must be a dict of settings; got {config!r}.")
+    return get(spec["name"], **config)

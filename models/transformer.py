@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn.attention import VARIANTS, attention_fields, boltzmann_attention
+from isingattn.errors import IsingInputError
 from isingattn.inference import Exact
 
 J_PARAMS = ("full", "toeplitz", "banded")
@@ -36,25 +37,38 @@ class Config:
     beta: float = 1.0
 
     def __post_init__(self):
+        for name in ("vocab_size", "seq_len", "n_out", "d_model", "n_heads", "ffn_mult"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1):
+                raise IsingInputError(f"{name} must be a positive integer; got {v!r}.")
+        for name in ("ffn", "field_bias"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise IsingInputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        if not (isinstance(self.beta, (int, float, np.floating, np.integer)) and not isinstance(self.beta, bool)
+                and math.isfinite(self.beta) and self.beta > 0):
+            raise IsingInputError(f"beta must be a finite positive number (the inverse temperature); got {self.beta!r}.")
         if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}; got {self.variant!r}.")
+            raise IsingInputError(f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}.")
         if self.J_param not in J_PARAMS:
-            raise ValueError(f"J_param must be one of {J_PARAMS}; got {self.J_param!r}.")
-        if self.J_band is not None and not (isinstance(self.J_band, int) and self.J_band >= 1):
-            raise ValueError(f"J_band must be a positive integer (a bandwidth) or None; got {self.J_band!r}.")
+            raise IsingInputError(f"J_param must be one of {', '.join(J_PARAMS)}; got {self.J_param!r}.")
+        if self.J_band is not None and not (isinstance(self.J_band, (int, np.integer)) and not isinstance(self.J_band, bool)
+                                            and self.J_band >= 1):
+            raise IsingInputError(f"J_band must be a positive integer (a bandwidth) or None; got {self.J_band!r}.")
         if self.J_param == "banded" and self.J_band is None:
-            raise ValueError('J_param="banded" needs J_band, the largest coupled distance, e.g. J_band=8.')
+            raise IsingInputError('J_param="banded" needs J_band, the largest coupled distance, e.g. J_band=8 '
+                                  "(--J-band 8 on the command line).")
         if self.J_param == "full" and self.J_band is not None:
-            raise ValueError('J_band applies to J_param="banded" or "toeplitz"; a "full" J has no band.')
+            raise IsingInputError('J_band applies to J_param="banded" or "toeplitz"; a "full" J has no band.')
         width = self.seq_len - 1 if self.J_band is None else min(self.J_band, self.seq_len - 1)
         engine_band = getattr(self.engine, "bandwidth", None)
         if self.variant in ("hJ", "J") and engine_band is not None and width > engine_band:
-            raise ValueError(
+            raise IsingInputError(
                 f"the engine handles couplings up to distance {engine_band}, but this J reaches distance {width}. "
                 f'Use J_param="banded" or "toeplitz" with J_band ≤ {engine_band}, or a wider engine.'
             )
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}).")
+            raise IsingInputError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
+                                  f"pick n_heads among the divisors of {self.d_model}.")
 
 
 def _dense(key, d_in, d_out):
