@@ -29,3 +29,19 @@ try:  # keep hypothesis runs short and deterministic on slow CI machines
     settings.load_profile("isingattn")
 except ImportError:  # hypothesis is an optional test dependency
     pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def corpus() -> str:
+    """Path of the Tiny Shakespeare corpus for tests that need it: ``$ISINGATTN_DATA``, else
+    the user's cache; skipped (with how to enable) when neither is there. Tests never download."""
+    from isingattn.models import shakespeare as ts
+
+    path = os.environ.get(ts.ENV) or ts._cache_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"needs the Tiny Shakespeare corpus: set {ts.ENV}=/path/to/input.txt (SHA-256 "
+                    f"{ts.SHA256[:12]}…), or run `isingattn reproduce --data PATH` once to cache it")
+    return path

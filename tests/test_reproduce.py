@@ -78,3 +78,46 @@ def test_report_only_rebuilds_the_committed_report_from_committed_files(tmp_path
     for log in committed.glob("*/*/metrics.jsonl"):
         keys = [(r["variant"], r["seed"], r["step"]) for r in map(json.loads, log.read_text().splitlines())]
         assert len(keys) == len(set(keys)), f"duplicate rows in {log}"
+
+
+@pytest.mark.slow
+def test_quick_reproduce_offline_runs_what_needs_no_download(tmp_path, monkeypatch, capsys, request):
+    """No network, no --data, no $ISINGATTN_DATA, empty cache: the corpus cells are skipped
+    and named with how to enable them; the rest runs, the report is written, exit 0."""
+    import urllib.request
+
+    from isingattn.models import experiments, shakespeare
+
+    tiny = dict(seeds=1, steps=20, eval_every=20, d_model=8, batch_size=16)
+    cells = [Cell("shakespeare", "shakespeare", 4, variants=("softmax",), **tiny),
+             Cell("brackets", "brackets", 6, variants=("softmax", "hJ"), types=2, n_train=200, n_test=40, **tiny),
+             Cell("annealing", "brackets", 6, variants=("hJ",), types=2, n_train=200, n_test=40, engine="gibbs",
+                  engine_kw=(("num_samples", 16), ("num_warmup", 8)), **tiny)]
+    try:  # resolved before the environment is emptied; the second half needs it
+        corpus = request.getfixturevalue("corpus")
+    except pytest.skip.Exception as e:
+        corpus, why = None, str(e)
+    monkeypatch.setattr(experiments, "grid", lambda quick=False: cells)
+    monkeypatch.delenv(shakespeare.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+
+    def offline(*a, **k):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root = tmp_path / "quick"
+    assert main(["reproduce", "--quick", "--out", str(root), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 1 cell(s) that need the Tiny Shakespeare corpus: shakespeare/T4" in out
+    assert "--data PATH or set ISINGATTN_DATA=PATH" in out
+    assert (root / "README.md").exists() and not (root / "shakespeare" / "T4" / "results.json").exists()
+    for c in cells[1:]:
+        assert set(json.load(open(root / c.name / "results.json"))) == set(c.variants)
+    logs = {c.name: (root / c.name / "metrics.jsonl").read_text() for c in cells[1:]}
+    if corpus is None:
+        pytest.skip(why)
+    assert main(["reproduce", "--quick", "--out", str(root), "--no-progress", "--data", corpus]) == 0
+    assert "skipped" not in capsys.readouterr().out
+    assert set(json.load(open(root / "shakespeare/T4/results.json"))) == {"softmax"}
+    assert {c: (root / c / "metrics.jsonl").read_text() for c in logs} == logs  # finished cells not retrained
+    assert (tmp_path / "empty-cache" / "isingattn" / "tinyshakespeare.txt").exists()  # --data cached once

@@ -1,20 +1,19 @@
 """Tiny Shakespeare loading: verification, errors, split and full-coverage windows."""
 
-import os
-
 import numpy as np
 import pytest
 
 from isingattn.models import shakespeare as ts
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "tinyshakespeare.txt")
-
-
-@pytest.mark.skipif(not os.path.exists(SHARED), reason="test copy of the corpus not available")
-def test_load_verify_and_split(monkeypatch):
-    text = ts.load_text(SHARED)
+def test_load_verify_and_split(monkeypatch, corpus, tmp_path):
+    monkeypatch.delenv(ts.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    text = ts.load_text(corpus)
     assert len(text) == ts.NUM_CHARS
-    monkeypatch.setenv(ts.ENV, SHARED)
+    # a verified --data file is cached, so later runs need neither it nor the network
+    assert open(tmp_path / "cache" / "isingattn" / "tinyshakespeare.txt").read() == text
+    assert ts.load_text(download=False) == text
+    monkeypatch.setenv(ts.ENV, corpus)
     assert ts.load_text() == text
     d = ts.encode(text)
     assert len(d.chars) == 65 and len(d.train) == int(0.9 * ts.NUM_CHARS)
@@ -30,8 +29,26 @@ def test_bad_files(tmp_path, monkeypatch):
         ts.load_text(str(bad))
     monkeypatch.delenv(ts.ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    with pytest.raises(ts.DataError, match="--data PATH"):
+    with pytest.raises(ts.DataUnavailable, match="--data PATH"):
         ts.load_text(download=False)
+    assert not (tmp_path / "cache" / "isingattn").exists()  # a file that failed its check is never cached
+
+
+def test_offline_without_data_is_unavailable_not_an_error(tmp_path, monkeypatch):
+    import urllib.request
+
+    def offline(*a, **k):
+        raise OSError("network is unreachable")
+
+    monkeypatch.delenv(ts.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(ts.DataUnavailable, match=f"--data PATH or set {ts.ENV}=PATH"):
+        ts.load_text()
+    monkeypatch.setenv(ts.ENV, str(tmp_path / "nope.txt"))  # a path that was given but is wrong is an error
+    with pytest.raises(ts.DataError, match="does not exist") as e:
+        ts.load_text()
+    assert not isinstance(e.value, ts.DataUnavailable)
 
 
 @pytest.mark.parametrize("n,T", [(11, 4), (13, 4), (9, 8), (100, 7)])
