@@ -172,7 +172,7 @@ def _design_sections() -> dict[int, str]:
 
 def test_design_citations_name_existing_sections():
     sections = _design_sections()
-    assert sorted(sections) == [1, 2, 3, 4, 5]
+    assert {1, 2, 3, 4, 5} <= set(sections), sorted(sections)
     cite = re.compile(r'DESIGN\.md §(\d+)(?:,? "([^"]+)")?')
     found, bad = 0, []
     for p in _text_files():
