@@ -92,8 +92,8 @@ class Banded(Engine):
     """
 
     exact: ClassVar[bool] = True
-    bandwidth: int = eqx.field(static=True, default=8)
-    corr: bool = eqx.field(static=True, default=False)
+    bandwidth: int = eqx.field(static=True, default=8, converter=V.plain)
+    corr: bool = eqx.field(static=True, default=False, converter=V.plain)
     path: str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):

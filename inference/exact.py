@@ -80,8 +80,8 @@ class Exact(Engine):
     """
 
     exact: ClassVar[bool] = True
-    max_n: int = eqx.field(static=True, default=26)
-    corr: bool = eqx.field(static=True, default=False)
+    max_n: int = eqx.field(static=True, default=26, converter=V.plain)
+    corr: bool = eqx.field(static=True, default=False, converter=V.plain)
     mesh: Optional[Mesh] = eqx.field(static=True, default=None)
 
     def __check_init__(self):

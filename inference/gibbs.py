@@ -692,15 +692,15 @@ class Gibbs(Engine):
     training); the sampler itself sees ``stop_gradient`` parameters.
     """
 
-    num_warmup: int = eqx.field(static=True, default=200)
-    num_samples: int = eqx.field(static=True, default=500)
-    num_chains: int = eqx.field(static=True, default=4)
+    num_warmup: int = eqx.field(static=True, default=200, converter=V.plain)
+    num_samples: int = eqx.field(static=True, default=500, converter=V.plain)
+    num_chains: int = eqx.field(static=True, default=4, converter=V.plain)
     schedule: str = eqx.field(static=True, default="systematic")
-    thin: int = eqx.field(static=True, default=1)
+    thin: int = eqx.field(static=True, default=1, converter=V.plain)
     colors: Optional[tuple] = eqx.field(static=True, default=None, converter=_as_classes)
-    diagnostics: bool = eqx.field(static=True, default=True)
-    rhat_threshold: float = eqx.field(static=True, default=1.05)
-    rao_blackwell: bool = eqx.field(static=True, default=False)
+    diagnostics: bool = eqx.field(static=True, default=True, converter=V.plain)
+    rhat_threshold: float = eqx.field(static=True, default=1.05, converter=V.plain)
+    rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
 
     def __check_init__(self):
         o = "Gibbs"

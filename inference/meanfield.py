@@ -107,10 +107,10 @@ class MeanField(Engine):
     """
 
     method: str = eqx.field(static=True, default="bp")
-    damping: float = eqx.field(static=True, default=0.5)
-    max_iter: int = eqx.field(static=True, default=500)
-    tol: float = eqx.field(static=True, default=1e-6)
-    corr: bool = eqx.field(static=True, default=False)
+    damping: float = eqx.field(static=True, default=0.5, converter=V.plain)
+    max_iter: int = eqx.field(static=True, default=500, converter=V.plain)
+    tol: float = eqx.field(static=True, default=1e-6, converter=V.plain)
+    corr: bool = eqx.field(static=True, default=False, converter=V.plain)
 
     def __check_init__(self):
         o = "MeanField"

@@ -425,7 +425,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
 def _as_tuple(x):
     """Static config must be hashable: lists become tuples (anything else is left for
     check_config to reject with a clear message)."""
-    return tuple(x) if isinstance(x, (list, tuple)) else x
+    return tuple(V.plain(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
 def _concrete(x) -> bool:
@@ -462,15 +462,15 @@ class SQA(Engine):
     Cost: ``num_reads · n² · (trotter · num_sweeps + thermal_sweeps)`` per model.
     """
 
-    num_sweeps: int = eqx.field(static=True, default=1000)
-    trotter: int = eqx.field(static=True, default=8)
+    num_sweeps: int = eqx.field(static=True, default=1000, converter=V.plain)
+    trotter: int = eqx.field(static=True, default=8, converter=V.plain)
     gamma_schedule: tuple = eqx.field(static=True, default=("linear", 3.0, 0.01), converter=_as_tuple)
-    beta: Optional[float] = eqx.field(static=True, default=None)
+    beta: Optional[float] = eqx.field(static=True, default=None, converter=V.plain)
     mode: str = eqx.field(static=True, default="thermal")
-    num_reads: int = eqx.field(static=True, default=64)
-    thermal_sweeps: int = eqx.field(static=True, default=100)
-    global_moves: bool = eqx.field(static=True, default=True)
-    rao_blackwell: bool = eqx.field(static=True, default=False)
+    num_reads: int = eqx.field(static=True, default=64, converter=V.plain)
+    thermal_sweeps: int = eqx.field(static=True, default=100, converter=V.plain)
+    global_moves: bool = eqx.field(static=True, default=True, converter=V.plain)
+    rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
 
     def __check_init__(self):
         check_config(num_sweeps=self.num_sweeps, trotter=self.trotter, gamma_schedule=self.gamma_schedule,

@@ -23,11 +23,18 @@ import numpy as np
 
 from isingattn.errors import IsingInputError, IsingTypeError
 
-__all__ = ["ConfigTypeError", "positive_int", "nonneg_int", "positive_float", "float_in", "choice", "boolean"]
+__all__ = ["ConfigTypeError", "plain", "positive_int", "nonneg_int", "positive_float", "float_in", "choice", "boolean"]
 
 
 class ConfigTypeError(IsingInputError, IsingTypeError):
     """A setting of the wrong type, e.g. the string ``"10"`` where a count belongs."""
+
+
+def plain(value):
+    """A NumPy number or bool as the Python scalar (``np.int64(3)`` -> ``3``); anything
+    else unchanged. A field converter for static settings: they stay hashable, plain
+    JSON for ``engine.to_spec``, and free of equinox's "JAX array set as static" warning."""
+    return value.item() if isinstance(value, (np.bool_, np.number)) else value
 
 
 def _prefix(owner: Optional[str]) -> str:
