@@ -49,7 +49,21 @@ Theory gives ``c_h = β/(2κ)``, ``c_J = β/(4κ)``, so that ``P ≈ 2^-n (1 - �
 :func:`_calibrate`) use the maximum-pseudo-likelihood β of the distribution
 (``calibrate_from="state"``: the exact ``|ψ|²`` of the simulator, noise-free; ``"samples"``:
 ``num_shots`` fresh shots per correction, as one would on hardware). The best candidate
-evaluated is kept, so calibration never does worse than the theory scales.
+evaluated is kept, so calibration never does worse than its starting point.
+
+The programmed problem stays in the range the circuit represents
+(:func:`representable_range`): a field ``|h'| ≥ a_max = π / (2 max phase)`` turns its phase
+by ``π`` or more per Trotter step, so the circuit aliases it and its response oscillates
+and changes sign (at ``τ = 12``, 32 steps: ``a_max ≈ 4.3``). Where ``β·max|h|`` is large
+the theory scales would program such fields (``|h| = 10³`` at ``β = 1``: ``|h'| ≈ 40``,
+marginals of the wrong sign), so the start is capped at the peak of the one-spin response
+(``|h'| ≈ 1``) and every step at ``a_max`` (the same for ``J``); the scales stay in the
+model's units. The target is then out of reach and the result is flagged.
+``info["calibrated"]`` is True only where the pseudo-likelihood fit of the exact ``|ψ|²``
+converged, its β is within ``calibration_rtol`` of the target, and (for ``n ≤ kl_max_n``)
+the KL to Boltzmann is no worse than the uniform distribution's; every other model is named
+in a :class:`DQACalibrationWarning`. An uncalibrated anneal programs ``h`` and ``J`` as
+given; beyond ``a_max`` it warns (:class:`DQARangeWarning`, ``info["representable"]``).
 
 Where the fast-anneal picture holds, and where it does not. ``1 - βE`` is only the
 first-order expansion of ``exp(-βE)``: it needs ``β·max|E| ≲ 1`` (``info["beta_E_max"]``),
@@ -75,6 +89,7 @@ Newton), with sandwich standard errors for iid shots.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
@@ -95,16 +110,34 @@ from isingattn.fluctuation import sample_marginals
 from isingattn.inference.exact import spin_table
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
+from isingattn.prng import check_key
+from isingattn.validate import boolean, choice, nonneg_int, positive_float, positive_int
 
 __all__ = ["DQA", "DQASampler", "PLFit", "evolve", "flip_energy_sum", "kappa", "pseudo_likelihood_beta",
-           "schedule_coefficients", "fast_anneal_theory", "spins_from_index"]
+           "schedule_coefficients", "fast_anneal_theory", "spins_from_index", "representable_range",
+           "DQAWarning", "DQACalibrationWarning", "DQARangeWarning"]
 
 MAX_N = 20  # a 2^20 statevector is 8 MiB (complex64) per model
 _RX_BLOCK = 4  # qubits per mixer block (see the module docstring for the measurement)
 SCHEDULES = ("linear",)
+_MAX_HALVINGS = 40  # backtracking of the pseudo-likelihood Newton steps (step ≥ 2^-40 of Newton's)
 CALIBRATE_FROM = ("state", "samples")
 
 Schedule = Union[str, Callable]
+
+
+class DQAWarning(RuntimeWarning):
+    """DQA's samples do not follow the distribution asked for (a subclass says why)."""
+
+
+class DQACalibrationWarning(DQAWarning):
+    """Calibration failed for some models (``info["calibrated"]`` False): the effective β
+    is off target, its fit did not converge, or the KL is worse than uniform."""
+
+
+class DQARangeWarning(DQAWarning):
+    """An uncalibrated anneal programs fields or couplings beyond the circuit's
+    aliasing-free range (``info["representable"]`` False, :func:`representable_range`)."""
 
 
 # ---- schedule -----------------------------------------------------------------------------
@@ -272,8 +305,9 @@ def pseudo_likelihood_beta(h, J, spins, weights=None, *, init=None, max_iter: in
 
     Maximizes ``Σ_s w_s Σ_i log σ(2 s_i (β_h h_i + β_J Σ_j J_ij s_j))`` (convex in β) by
     Newton steps, halved until the loss decreases (a damped Newton that cannot increase
-    the loss), from ``init`` (default ``β = 0``) until the Newton decrement is
-    below ``max(1e-10, 10 eps)·n`` (the loss resolution) or ``max_iter``.
+    the loss), from ``init`` or ``β = 0``, whichever has the lower loss (default ``β = 0``),
+    until the Newton decrement is below ``max(1e-10, 10 eps)·n`` (the loss resolution) or
+    ``max_iter``; ``converged`` says whether it got there.
 
     Args:
         h: ``[..., n]``; J: ``[..., n, n]``; spins: ``[..., S, n]`` (±1); batch axes broadcast.
@@ -349,7 +383,7 @@ def _pl_single(h, J, spins, w, b0, *, weighted: bool, max_iter: int):
             t, _, k = c2
             return t / 2, loss(b + (t / 2) * d), k + 1
 
-        t, lt, _ = jax.lax.while_loop(lambda c2: (c2[1] >= lb) & (c2[2] < 8), halve,
+        t, lt, _ = jax.lax.while_loop(lambda c2: (c2[1] >= lb) & (c2[2] < _MAX_HALVINGS), halve,
                                       (jnp.asarray(1.0, dt), loss(b + d), 0))
         ok = lt < lb
         return jnp.where(ok, b + t * d, b), jnp.where(ok, lt, lb), jnp.where(ok, dec, 0.0), it + 1
@@ -358,8 +392,13 @@ def _pl_single(h, J, spins, w, b0, *, weighted: bool, max_iter: int):
         _, _, dec, it = c
         return (it < max_iter) & (dec > tol)
 
+    # Start from init or from β = 0, whichever fits better: far from the data (e.g. the
+    # target β of an anneal that did not reach it, with large fields) the logistic terms
+    # saturate, the Hessian vanishes and Newton steps overshoot by orders of magnitude.
     b0 = jnp.where(ident, b0, 0.0)
-    b, _, _, _ = jax.lax.while_loop(cond, body, (b0, loss(b0), jnp.asarray(jnp.inf, dt), 0))
+    l0, lz = loss(b0), loss(jnp.zeros_like(b0))
+    b0, l0 = jnp.where(lz < l0, 0.0, b0), jnp.minimum(lz, l0)
+    b, _, _, _ = jax.lax.while_loop(cond, body, (b0, l0, jnp.asarray(jnp.inf, dt), 0))
     g, H = grad_hess(b)
     Hinv = jnp.linalg.inv(H)
     dec = g @ Hinv @ g
@@ -381,28 +420,25 @@ def _pl_single(h, J, spins, w, b0, *, weighted: bool, max_iter: int):
 
 
 def _check_config(*, tau=1.0, num_steps=1, schedule="linear", order=2, num_shots=1, calibration_steps=0,
-                  calibrate_from="state", max_n=MAX_N, kl_max_n=16):
-    def is_int(x):
-        return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.floating, np.integer)) or not (
-        np.isfinite(tau) and tau > 0
-    ):
-        raise IsingInputError(f"tau (anneal duration) must be a finite positive number; got {tau!r}.")
-    for name, v, lo in [("num_steps", num_steps, 1), ("num_shots", num_shots, 1),
-                        ("calibration_steps", calibration_steps, 0), ("kl_max_n", kl_max_n, 0)]:
-        if not is_int(v) or v < lo:
-            raise IsingInputError(f"{name} must be an int ≥ {lo}; got {v!r}.")
-    if not is_int(max_n) or not 1 <= max_n <= 26:
-        raise IsingInputError(f"max_n must be an int in [1, 26] (2^n statevector); got {max_n!r}.")
-    if order not in (1, 2) or isinstance(order, bool):
-        raise IsingInputError(f"order must be 1 (Lie) or 2 (Strang splitting); got {order!r}.")
-    if not (schedule == "linear" or callable(schedule)):
+                  calibrate_from="state", max_n=MAX_N, kl_max_n=16, calibration_rtol=0.05, calibrate=True,
+                  rao_blackwell=False, owner="DQA"):
+    """Every setting, checked by :mod:`isingattn.validate` (counts are ints, not bools,
+    floats or strings; durations and tolerances positive and finite)."""
+    positive_float("tau", tau, owner=owner)
+    positive_int("num_steps", num_steps, owner=owner)
+    positive_int("num_shots", num_shots, owner=owner)
+    nonneg_int("calibration_steps", calibration_steps, owner=owner)
+    nonneg_int("kl_max_n", kl_max_n, owner=owner)
+    positive_int("max_n", max_n, owner=owner, hi=26)  # a 2^26 statevector is 512 MiB per model
+    positive_int("order", order, owner=owner, hi=2)  # 1 (Lie) or 2 (Strang)
+    positive_float("calibration_rtol", calibration_rtol, owner=owner)
+    boolean("calibrate", calibrate, owner=owner)
+    boolean("rao_blackwell", rao_blackwell, owner=owner)
+    if not (isinstance(schedule, str) and schedule == "linear" or callable(schedule)):
         raise IsingInputError(
-            f"schedule must be 'linear' or a callable s -> (A(s), B(s)) on s = t/τ in [0, 1]; got {schedule!r}."
+            f"{owner}: schedule must be 'linear' or a callable s -> (A(s), B(s)) on s = t/τ in [0, 1]; got {schedule!r}."
         )
-    if calibrate_from not in CALIBRATE_FROM:
-        raise IsingInputError(f"calibrate_from must be one of {CALIBRATE_FROM}; got {calibrate_from!r}.")
+    choice("calibrate_from", calibrate_from, CALIBRATE_FROM, owner=owner)
 
 
 def _energy_tables(model: IsingModel):
@@ -419,10 +455,15 @@ def _energy_tables(model: IsingModel):
 
 
 def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibrate, calibration_steps,
-              calibrate_from, kl_max_n, calibration_rtol):
-    """The whole DQA run for ``M`` models.  Eh, EJ: [M, N]; h [M, n], J [M, n, n] (masked)."""
+              calibrate_from, kl_max_n, calibration_rtol, ranges):
+    """The whole DQA run for ``M`` models.  Eh, EJ: [M, N]; h [M, n], J [M, n, n] (masked);
+    ``ranges = (a_max, a_h, a_J)`` from :func:`representable_range`."""
     M, N = Eh.shape
     dt = Eh.dtype
+    a_max, a_h, a_J = ranges
+    # largest programmed |h|, |J| per model at scale 1: the calibration keeps c·s ≤ a_max
+    s_h, s_J = jnp.max(jnp.abs(h), -1), jnp.max(jnp.abs(J), (-2, -1))
+    log_over = lambda a, s: jnp.where(s > 0, jnp.log(a / jnp.where(s > 0, s, 1.0)), jnp.inf).astype(dt)
     S_table = spin_table(n, dt)
     beta = jnp.asarray(beta, dt)
     keys = jax.random.split(key, calibration_steps + 2)
@@ -443,7 +484,9 @@ def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibra
     if calibrate:
         fit = ((lambda k, p: fit_state(p)) if calibrate_from == "state" else
                (lambda k, p: pseudo_likelihood_beta(h, J, shots(k, p))))
-        probs, ch, cJ, bst = _calibrate(run, fit, keys[:-1], beta, kap, M, N, dt, use_secant=calibrate_from == "state")
+        probs, ch, cJ, bst = _calibrate(run, fit, keys[:-1], beta, kap, M, N, dt, use_secant=calibrate_from == "state",
+                                        x_max=jnp.stack([log_over(a_max, s_h), log_over(a_max, s_J)]),
+                                        x0_max=jnp.stack([log_over(a_h, s_h), log_over(a_J, s_J)]))
     else:
         ch = jnp.ones((M,), dt)
         cJ = jnp.ones((M,), dt)
@@ -462,12 +505,15 @@ def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibra
         "pl_converged": fit.converged & state_fit.converged,
         "scale_h": ch, "scale_J": cJ, "kappa": jnp.full((M,), kap, dt),
         "beta_E_max": beta * jnp.max(jnp.abs(E), -1),
+        # the programmed problem within the circuit's aliasing-free range (always, calibrated)
+        "representable": (ch * s_h <= a_max * (1 + 1e-6)) & (cJ * s_J <= a_max * (1 + 1e-6)),
     }
     if calibrate:
         # from shots the scales are only as good as a fit to num_shots shots: allow 4 SE more
         noise = (lambda se: 4 * jnp.nan_to_num(se)) if calibrate_from == "samples" else (lambda se: 0.0)
         ok = lambda b, se: ~jnp.isfinite(b) | (jnp.abs(b - beta) <= calibration_rtol * beta + noise(se))
-        info["calibrated"] = ok(state_fit.beta_h, fit.se_h) & ok(state_fit.beta_J, fit.se_J)
+        # a fit that did not converge says nothing about β_eff: never calibrated
+        info["calibrated"] = ok(state_fit.beta_h, fit.se_h) & ok(state_fit.beta_J, fit.se_J) & state_fit.converged
     if n <= kl_max_n:
         logb = -beta * E
         logb = logb - logsumexp(logb, -1, keepdims=True)
@@ -476,10 +522,12 @@ def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibra
         info["kl"] = jnp.sum(pb * (logb - logq), -1)  # KL(Boltzmann_β ‖ |ψ|²)
         info["kl_reverse"] = jnp.sum(probs * (logq - logb), -1)  # KL(|ψ|² ‖ Boltzmann_β)
         info["kl_uniform"] = jnp.sum(pb * logb, -1) + n * jnp.log(2.0)  # KL(Boltzmann_β ‖ uniform), a baseline
+        if calibrate:  # worse than a sampler that ignores the model: not calibrated, whatever the fit says
+            info["calibrated"] = info["calibrated"] & (info["kl"] <= info["kl_uniform"])
     return samples, probs, info
 
 
-def _calibrate(run, fit, keys, beta, kap, M, N, dt, use_secant: bool = True):
+def _calibrate(run, fit, keys, beta, kap, M, N, dt, use_secant: bool = True, x_max=None, x0_max=None):
     """Search the program scales ``c_h``, ``c_J`` (per model) whose effective β matches ``beta``.
 
     Works in ``x = log c``, ``y = log β_eff``: start from theory (``c_h = β/2κ``,
@@ -491,6 +539,11 @@ def _calibrate(run, fit, keys, beta, kap, M, N, dt, use_secant: bool = True):
     result worse than the theory scales. One evaluation (a full evolution) per key.
     ``use_secant=False`` (used for noisy fits from shots, whose secant slopes are unreliable)
     keeps slope-1 fixed-point steps throughout.
+
+    ``x_max [2, M]``: upper bounds on ``log c_h``, ``log c_J`` (the circuit's aliasing-free
+    range, :func:`representable_range`); ``x0_max [2, M]``: upper bounds on the starting
+    point (the peak of the response): theory scales for ``β·max|h| ≫ 1`` program fields the
+    circuit cannot represent, whose aliased response has either sign.
 
     ``run(c_h, c_J) -> probs [M, N]``; ``fit(key, probs) -> PLFit``.
     Returns ``probs [M, N]`` of the chosen candidate, its scales ``c_h, c_J [M]`` and its
@@ -535,15 +588,58 @@ def _calibrate(run, fit, keys, beta, kap, M, N, dt, use_secant: bool = True):
         b = jnp.stack([f.beta_h, f.beta_J])
         step = jnp.where(jnp.isfinite(se) & (b < 2 * se) & (beta > 2 * se), lim_e, step)
         step = jnp.clip(jnp.nan_to_num(step, nan=0.0, posinf=lim_e, neginf=-lim_e), -lim_e, lim_e)
-        return (x + step, x, y, best_err, best_x, best_p, best_b), None
+        return (jnp.minimum(x + step, x_max), x, y, best_err, best_x, best_p, best_b), None
 
     # theory scales; a schedule with κ ≤ 0 (no fast-anneal response) starts from c = β
     c_h0, c_J0 = (beta / (2 * kap), beta / (4 * kap)) if kap > 1e-12 else (beta, beta)
     x0 = jnp.stack([jnp.full((M,), jnp.log(c_h0), dt), jnp.full((M,), jnp.log(c_J0), dt)])
+    x_max = jnp.full((2, M), jnp.inf, dt) if x_max is None else x_max
+    x0 = jnp.minimum(x0, x_max if x0_max is None else jnp.minimum(x0_max, x_max))
     init = (x0, x0, jnp.zeros_like(x0), jnp.full((M,), jnp.inf, dt), x0, jnp.zeros((M, N), dt), jnp.zeros((3, M), dt))
     first = jnp.arange(keys.shape[0]) == 0
     (_, _, _, _, best_x, best_p, best_b), _ = jax.lax.scan(body, init, (keys, first))
     return best_p, jnp.exp(best_x[0]), jnp.exp(best_x[1]), best_b
+
+
+def representable_range(phase, mix):
+    """How large a programmed field or coupling the circuit represents, from its angles.
+
+    Returns ``(a_max, a_h, a_J)`` (floats). ``a_max = π / (2 max_l phase_l)``: a field
+    ``|h'| ≥ a_max`` (or coupling ``|J'|``; a flip changes the energy by ``2|h'|``) turns its
+    phase by ``≥ π`` per step, so the Trotterized circuit aliases it (the response oscillates
+    and changes sign). ``a_h`` / ``a_J``: the programmed amplitude in ``(0, a_max]`` where
+    the response of one spin in a field (of two spins with a coupling), ``atanh ⟨s⟩``
+    (``atanh ⟨s s'⟩``), peaks: past it a larger programmed scale lowers the effective β.
+    Computed by simulating the one- and two-qubit circuits in numpy (cheap, exact).
+    """
+    phase, mix = np.asarray(phase, np.float64), np.asarray(mix, np.float64)
+    pmax = float(np.max(np.abs(phase)))
+    a_max = math.pi / (2 * pmax) if pmax > 0 else math.inf
+    grid = np.geomspace(1e-4, 1.0, 401) * (a_max if np.isfinite(a_max) else 1e4)
+
+    def response(E):  # E [G, N] energies of the 1- or 2-qubit basis states -> atanh of the observable
+        N = E.shape[1]
+        psi = np.full(E.shape, N ** -0.5, np.complex128)
+        for l in range(len(mix) + 1):
+            psi = psi * np.exp(-1j * phase[l] * E)
+            if l < len(mix):
+                c, si = math.cos(mix[l]), 1j * math.sin(mix[l])
+                rx = np.array([[c, si], [si, c]])
+                m = rx if N == 2 else np.kron(rx, rx)
+                psi = psi @ m.T
+        p = np.abs(psi) ** 2
+        obs = p @ (np.array([1.0, -1.0]) if N == 2 else np.array([1.0, -1.0, -1.0, 1.0]))
+        return np.arctanh(np.clip(obs / p.sum(1), -1 + 1e-15, 1 - 1e-15))
+
+    a = grid[:, None]
+    a_h = float(grid[np.argmax(response(np.concatenate([-a, a], 1)))])  # E(s) = -a s
+    a_J = float(grid[np.argmax(response(np.concatenate([-a, a, a, -a], 1)))])  # E(s, s') = -a s s'
+    return a_max, a_h, a_J
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_range(tau, num_steps, schedule, order):
+    return representable_range(*schedule_coefficients(tau, num_steps, schedule, order))
 
 
 def _run_model(cfg: dict, model: IsingModel, key):
@@ -559,6 +655,7 @@ def _run_model(cfg: dict, model: IsingModel, key):
     kap = float(2 * np.sum(mix * np.cumsum(phase)[:-1]))
     samples, probs, info = _simulate(
         key, Eh, EJ, sg(model.beta), h, J, n=n, phase=phase, mix=mix, kap=kap, num_shots=cfg["num_shots"],
+        ranges=_cached_range(cfg["tau"], cfg["num_steps"], cfg["schedule"], cfg["order"]),
         calibrate=cfg["calibrate"], calibration_steps=cfg["calibration_steps"],
         calibrate_from=cfg["calibrate_from"], kl_max_n=cfg["kl_max_n"], calibration_rtol=cfg["calibration_rtol"])
     samples = samples.reshape(batch + samples.shape[1:])
@@ -568,19 +665,26 @@ def _run_model(cfg: dict, model: IsingModel, key):
 
 
 def _warn_if_needed(info, what: str):
-    flags = [("calibrated", "calibration did not reach the target β within calibration_rtol for {bad} of {tot} "
-              "models. The effective β of an anneal of duration tau saturates as the programmed scale grows "
-              "(module docstring); a short anneal reaches only β·max|E| ≲ 1 (info['beta_E_max']). Increase "
-              "tau or calibration_steps, lower β, or use the reported effective β (info['beta_h_state'], "
-              "info['beta_J_state'])."),
+    flags = [("calibrated", DQACalibrationWarning,
+              "calibration did not reach the target β within calibration_rtol for {bad} of {tot} "
+              "models (their samples do not follow the model: info['calibrated'] is False). The effective β of an "
+              "anneal of duration tau saturates as the programmed scale grows (module docstring), and the circuit "
+              "represents programmed fields only up to a bound set by its step (representable_range); a short anneal "
+              "reaches only β·max|E| ≲ 1 (info['beta_E_max']). Increase tau, num_steps or calibration_steps, lower β, "
+              "or use the reported effective β (info['beta_h_state'], info['beta_J_state'])."),
+             ("representable", DQARangeWarning,
+              "the programmed fields or couplings of {bad} of {tot} models exceed the circuit's aliasing-free range "
+              "(a phase of π per Trotter step, representable_range): the anneal aliases them and its samples do "
+              "not follow their energies. Rescale the problem (or calibrate=True with a target β, which keeps the "
+              "programmed problem in range), or increase num_steps."),
              ]
-    for name, msg in flags:
+    for name, category, msg in flags:
         f = info.get(name)
         if f is None or isinstance(f, jax.core.Tracer):
             continue
         f = np.asarray(f)
         if not f.all():
-            warnings.warn(f"{what}: " + msg.format(bad=int((~f).sum()), tot=f.size), RuntimeWarning, stacklevel=4)
+            warnings.warn(f"{what}: " + msg.format(bad=int((~f).sum()), tot=f.size), category, stacklevel=4)
 
 
 @register("dqa")
@@ -611,13 +715,20 @@ class DQA(Engine):
     ``beta_h``, ``beta_J`` (pseudo-likelihood on the samples, with ``beta_h_se``,
     ``beta_J_se``), ``beta_h_state``, ``beta_J_state`` (on the exact ``|ψ|²``),
     ``scale_h``, ``scale_J`` (programmed ``h' = scale_h·h``, ``J' = scale_J·J``), ``kappa``,
-    ``beta_E_max``, ``calibrated``, ``pl_converged``; for ``n ≤ kl_max_n``: ``kl`` =
+    ``beta_E_max``, ``calibrated`` (module docstring), ``pl_converged``, ``representable``
+    (programmed ``|h'|``, ``|J'|`` below the aliasing bound); for ``n ≤ kl_max_n``: ``kl`` =
     KL(Boltzmann_β ‖ |ψ|²), ``kl_reverse`` = KL(|ψ|² ‖ Boltzmann_β), computed from the exact
     ``|ψ|²`` (not from the shots), and ``kl_uniform`` = KL(Boltzmann_β ‖ uniform), the value
     for a sampler that ignores the model.
 
     ``pl_converged`` is False where a fit has no finite maximum, typically a spin that
     never flips in the shots (strong field, e.g. the first query of causal attention).
+
+    Failures warn (outside ``jit``): :class:`DQACalibrationWarning` where
+    ``calibrated`` is False, :class:`DQARangeWarning` where ``representable`` is False.
+    Settings are checked at construction (:mod:`isingattn.validate`) and keys by
+    :func:`isingattn.prng.check_key` (typed keys of any implementation, or raw
+    ``PRNGKey`` data; other implementations are mapped to a threefry key by their bits).
 
     Cost: ``O(M · num_steps · n/4 · 2^n)`` for ``M`` models, times ``1 + calibration_steps``
     with calibration, plus a pseudo-likelihood fit over the ``2^n × n`` table per
@@ -646,7 +757,9 @@ class DQA(Engine):
     def __check_init__(self):
         _check_config(tau=self.tau, num_steps=self.num_steps, schedule=self.schedule, order=self.order,
                       num_shots=self.num_shots, calibration_steps=self.calibration_steps,
-                      calibrate_from=self.calibrate_from, max_n=self.max_n, kl_max_n=self.kl_max_n)
+                      calibrate_from=self.calibrate_from, max_n=self.max_n, kl_max_n=self.kl_max_n,
+                      calibration_rtol=self.calibration_rtol, calibrate=self.calibrate,
+                      rao_blackwell=self.rao_blackwell)
 
     def _cfg(self):
         return dict(tau=self.tau, num_steps=self.num_steps, schedule=self.schedule, order=self.order,
@@ -655,17 +768,20 @@ class DQA(Engine):
                     kl_max_n=self.kl_max_n, calibration_rtol=float(self.calibration_rtol))
 
     def _check(self, model, key):
+        """The model checked, and the key as one typed threefry key (``prng.check_key``)."""
         if not isinstance(model, IsingModel):
             raise IsingTypeError(f"DQA.marginals expects an IsingModel; got {type(model).__name__}.")
         if key is None:
             raise IsingInputError("DQA samples measurements: pass key=jax.random.PRNGKey(...) (same key, same samples).")
+        key = check_key(key, owner="DQA")
         if model.n > self.max_n:
             raise TooManySpinsError(
                 f"DQA simulates a 2^n statevector and is limited to n ≤ max_n = {self.max_n}; this model has "
                 f"n = {model.n} spins. Use Gibbs or SQA for larger models.")
+        return key
 
     def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
-        self._check(model, key)
+        key = self._check(model, key)
         out = _marginals_jit(self, model, key)
         _warn_if_needed(out.info, "DQA")
         return out
@@ -673,7 +789,7 @@ class DQA(Engine):
     def run(self, model: IsingModel, *, key):
         """``(samples [..., S, n], probs [..., 2^n], info)``: the shots, the exact ``|ψ|²`` and
         the diagnostics, without the marginals."""
-        self._check(model, key)
+        key = self._check(model, key)
         out = _run_jit(self, model, key)
         _warn_if_needed(out[2], "DQA")
         return out
@@ -735,11 +851,17 @@ class DQASampler(dimod.Sampler):
 
     @staticmethod
     def _engine(p) -> DQA:
-        calibrate = p["beta"] is not None if p["calibrate"] is None else bool(p["calibrate"])
+        # checked here so that the message names the sampler's parameters (DQA calls num_reads
+        # num_shots); NumPy scalars become Python numbers (DQA keeps its settings static)
+        own = "DQASampler"
+        calibrate = p["beta"] is not None if p["calibrate"] is None else boolean("calibrate", p["calibrate"], owner=own)
         if calibrate and p["beta"] is None:
             raise IsingInputError("calibrate=True needs a target beta; pass beta=... or calibrate=False.")
-        return DQA(tau=p["tau"], num_steps=p["num_steps"], schedule=p["schedule"], order=p["order"],
-                   num_shots=p["num_reads"], calibrate=calibrate, calibration_steps=p["calibration_steps"],
+        return DQA(tau=positive_float("tau", p["tau"], owner=own),
+                   num_steps=positive_int("num_steps", p["num_steps"], owner=own), schedule=p["schedule"],
+                   order=positive_int("order", p["order"], owner=own, hi=2),
+                   num_shots=positive_int("num_reads", p["num_reads"], owner=own), calibrate=calibrate,
+                   calibration_steps=nonneg_int("calibration_steps", p["calibration_steps"], owner=own),
                    calibrate_from=p["calibrate_from"])
 
     @property
