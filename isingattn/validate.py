@@ -41,14 +41,13 @@ def _prefix(owner: Optional[str]) -> str:
     return f"{owner}: " if owner else ""
 
 
-def _given(value) -> str:
-    """What was given, with a word on the usual mistakes."""
-    kind = type(value).__name__
+def _given(value, number: bool = True) -> str:
+    """What was given, with a word on the usual mistakes (``number``: a number was expected)."""
     if isinstance(value, str):
-        return f"the string {value!r} (pass the number itself, not a string)"
-    if isinstance(value, (bool, np.bool_)):
+        return f"the string {value!r} (pass the {'number' if number else 'value'} itself, not a string)"
+    if number and isinstance(value, (bool, np.bool_)):
         return f"bool {value!r} (True/False is not a number here)"
-    return f"{kind} {value!r}"
+    return f"{type(value).__name__} {value!r}"
 
 
 def _is_int(value) -> bool:
@@ -117,5 +116,5 @@ def choice(name: str, value, options: Sequence, *, owner: Optional[str] = None):
 def boolean(name: str, value, *, owner: Optional[str] = None) -> bool:
     """``value`` as a ``bool`` (Python or NumPy); ints and strings are refused."""
     if not isinstance(value, (bool, np.bool_)):
-        raise ConfigTypeError(f"{_prefix(owner)}{name} must be True or False; got {_given(value)}.")
+        raise ConfigTypeError(f"{_prefix(owner)}{name} must be True or False; got {_given(value, number=False)}.")
     return bool(value)

@@ -67,6 +67,11 @@ def test_meanfield_low_precision_iterates_to_the_fixed_point(method, dtype):
     # and it is as close to the exact marginals as float64 mean field is (up to eps)
     exact = brute_force(hr, Jr, 1.0)["mean"]
     assert np.max(np.abs(m - exact)) <= np.max(np.abs(np.asarray(ref.mean) - exact)) + eps
+    # the implicit gradient too (d sum(m) / dh, of order 1): float64's up to the dtype's rounding
+    grad = lambda hh, JJ: jax.grad(lambda x: MeanField(method=method).marginals(IsingModel(x, JJ, 1.0)).mean
+                                   .astype(jnp.float32).sum())(hh)
+    g = np.asarray(grad(jnp.asarray(h, dtype), jnp.asarray(J, dtype)), np.float64)
+    np.testing.assert_allclose(g, grad(hr, Jr), rtol=0, atol=2 * eps)
 
 
 def _naive_residual64(m, h, J, beta, tap):
