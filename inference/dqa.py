@@ -111,7 +111,7 @@ from isingattn.inference.exact import spin_table
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 from isingattn.prng import check_key
-from isingattn.validate import boolean, choice, nonneg_int, positive_float, positive_int
+from isingattn.validate import boolean, choice, nonneg_int, plain, positive_float, positive_int
 
 __all__ = ["DQA", "DQASampler", "PLFit", "evolve", "flip_energy_sum", "kappa", "pseudo_likelihood_beta",
            "schedule_coefficients", "fast_anneal_theory", "spins_from_index", "representable_range",
@@ -741,18 +741,20 @@ class DQA(Engine):
     compilation.
     """
 
-    tau: float = eqx.field(static=True, default=12.0)
-    num_steps: int = eqx.field(static=True, default=32)
+    # NumPy scalars are stored as Python scalars (validate.plain): hashable, JSON, no
+    # "JAX array set as static" warning
+    tau: float = eqx.field(static=True, default=12.0, converter=plain)
+    num_steps: int = eqx.field(static=True, default=32, converter=plain)
     schedule: Any = eqx.field(static=True, default="linear")
-    order: int = eqx.field(static=True, default=2)
-    num_shots: int = eqx.field(static=True, default=1024)
-    calibrate: bool = eqx.field(static=True, default=True)
-    calibration_steps: int = eqx.field(static=True, default=3)
+    order: int = eqx.field(static=True, default=2, converter=plain)
+    num_shots: int = eqx.field(static=True, default=1024, converter=plain)
+    calibrate: bool = eqx.field(static=True, default=True, converter=plain)
+    calibration_steps: int = eqx.field(static=True, default=3, converter=plain)
     calibrate_from: str = eqx.field(static=True, default="state")
-    calibration_rtol: float = eqx.field(static=True, default=0.05)
-    max_n: int = eqx.field(static=True, default=MAX_N)
-    kl_max_n: int = eqx.field(static=True, default=16)
-    rao_blackwell: bool = eqx.field(static=True, default=False)
+    calibration_rtol: float = eqx.field(static=True, default=0.05, converter=plain)
+    max_n: int = eqx.field(static=True, default=MAX_N, converter=plain)
+    kl_max_n: int = eqx.field(static=True, default=16, converter=plain)
+    rao_blackwell: bool = eqx.field(static=True, default=False, converter=plain)
 
     def __check_init__(self):
         _check_config(tau=self.tau, num_steps=self.num_steps, schedule=self.schedule, order=self.order,

@@ -161,6 +161,15 @@ def test_bad_settings_are_refused_at_construction(name, value):
         assert isinstance(info.value, IsingTypeError)  # a string or a bool where a number belongs
 
 
+def test_numpy_numbers_are_accepted_and_stored_as_python_scalars():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "JAX array set as static" from NumPy scalars
+        eng = DQA(num_steps=np.int64(16), num_shots=np.int32(8), tau=np.float64(6.0), calibration_rtol=np.float32(0.1),
+                  calibrate=np.bool_(True), order=np.int64(1))
+    assert type(eng.num_steps) is int and type(eng.tau) is float and type(eng.calibrate) is bool
+    assert eng == DQA(num_steps=16, num_shots=8, tau=6.0, calibration_rtol=float(np.float32(0.1)), order=1)
+
+
 def test_sampler_accepts_numpy_numbers():
     bqm = dimod.BinaryQuadraticModel({"a": 0.2, "b": -0.1}, {("a", "b"): 0.3}, 0.0, dimod.SPIN)
     sampler = DQASampler(num_reads=np.int64(8), tau=np.float64(6.0), num_steps=np.int32(16), order=np.int64(1))
