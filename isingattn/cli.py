@@ -58,7 +58,10 @@ _nonnegative_float = _float_check("a finite number ≥ 0", lambda v: v >= 0)
 
 
 def _bracket_length(text: str) -> int:
-    value = _positive_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value % 2 or value < 2:
         raise argparse.ArgumentTypeError(f"must be an even integer ≥ 2 (a balanced bracket string has even length); "
                                          f"got {text!r}")
@@ -172,6 +175,10 @@ def _check_train_args(args) -> None:
                          "On CPU, fake devices come from XLA_FLAGS=--xla_force_host_platform_device_count=N.")
         if args.batch_size % args.devices:
             raise _error(f"--batch-size {args.batch_size} must be a multiple of --devices {args.devices}.")
+    data = getattr(args, "data", None)
+    if data is not None and not os.path.isfile(data):
+        raise _error(f"--data {data}: no such file; pass the Tiny Shakespeare input.txt, or leave --data out to use "
+                     "$ISINGATTN_DATA, the cache or a verified download.")
     if args.task == "brackets":
         from isingattn.models.brackets import BRACKETS
 
@@ -216,7 +223,7 @@ def _train(args) -> int:
 
         mesh = data_mesh(args.devices)
     results = run_cell(cell, out, data_path=getattr(args, "data", None), progress=not args.no_progress,
-                       command=" ".join(["isingattn", *args.argv]), resume=args.resume, mesh=mesh,
+                       command=" ".join(["isingattn", *getattr(args, "argv", sys.argv[1:])]), resume=args.resume, mesh=mesh,
                        restart=args.restart)
     print("\n" + write_summary(cell, results, out, time.perf_counter() - t0))
     print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl, ckpt-*.npz")
@@ -424,9 +431,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     fmt = dict(formatter_class=_HelpFormatter)
     p = _Parser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.", **fmt)
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", help="what to do")
     train = sub.add_parser("train", help="train and compare attention variants", **fmt)
-    tasks = train.add_subparsers(dest="task", required=True, metavar="TASK")
+    tasks = train.add_subparsers(dest="task", required=True, metavar="TASK", help="the task to train on")
     b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket", **fmt)
     s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)", **fmt)
     for t, T in ((b, 8), (s_, 12)):

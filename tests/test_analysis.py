@@ -54,3 +54,23 @@ def test_bad_input():
         analysis.distance_profile(np.triu(np.ones((3, 3)), 1))
     with pytest.raises(ValueError, match=r"\[n, n\]"):
         analysis.coupling_graph(np.zeros(3))
+
+
+def test_plot_is_written_atomically(tmp_path, monkeypatch):
+    """The figure goes through isingattn.atomic: a failing write leaves neither a partial
+    PNG nor a temporary file, and a good one leaves exactly the PNG."""
+    import matplotlib.figure
+
+    J = _J(4, {(0, 1): 1.0, (1, 2): -0.5})
+    path = tmp_path / "j.png"
+    analysis.plot_couplings(J, str(path))
+    assert [p.name for p in tmp_path.iterdir()] == ["j.png"] and path.read_bytes()[:4] == b"\x89PNG"
+
+    def broken(self, f, **kw):
+        f.write(b"\x89PNG half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", broken)
+    with pytest.raises(OSError, match="disk full"):
+        analysis.plot_couplings(J, str(tmp_path / "k.png"))
+    assert [p.name for p in tmp_path.iterdir()] == ["j.png"]

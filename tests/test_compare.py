@@ -7,6 +7,7 @@ import pytest
 from isingattn import IsingModel
 from isingattn.cli import main
 from isingattn.compare import compare, format_table
+from isingattn.errors import IsingInputError
 from isingattn.inference import DimodEngine, Exact
 from isingattn.testing import brute_force, random_model
 
@@ -35,19 +36,79 @@ def test_compare_rejects_batches_and_large_n_without_reference():
         compare(IsingModel(np.zeros(21), np.zeros((21, 21))), ["exact"], key=jax.random.PRNGKey(0))
 
 
-def test_cli_compare_reads_a_bqm_file(tmp_path, capsys):
+def test_cli_compare_reads_a_bqm_file(tmp_path, capsys, monkeypatch):
+    import isingattn.compare as cmp
+
     rng = np.random.default_rng(1)
     h, J = random_model(rng, 6)
     path = tmp_path / "m.bqm"
     with open(path, "wb") as f:
         f.write(IsingModel(h, J).to_bqm().to_file().read())
+    calls = []
+    real = cmp.compare
+    monkeypatch.setattr(cmp, "compare", lambda *a, **k: calls.append(k.get("reference")) or real(*a, **k))
     assert main(["compare", "--graph", str(path), "--engines", "exact", "--out", str(tmp_path / "o")]) == 0
+    assert calls == ["exact"]  # the plot's reference comes from the same run, not a second compare()
     out = capsys.readouterr().out
     assert "n=6" in out and "| exact | 0.00e+00 |" in out
     assert (tmp_path / "o" / "compare.png").exists()
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["compare.md", "compare.png"]  # no temp files
     bad = tmp_path / "bad.bqm"
     bad.write_bytes(b"not a bqm")
-    with pytest.raises(SystemExit, match="could not read"):
+    with pytest.raises(IsingInputError, match="could not read"):
         main(["compare", "--graph", str(bad), "--engines", "exact"])
-    with pytest.raises(SystemExit, match="unknown engine"):
+    with pytest.raises(IsingInputError, match="unknown engine"):
         main(["compare", "--engines", "nope"])
+
+
+def test_compare_returns_its_reference():
+    rng = np.random.default_rng(3)
+    h, J = random_model(rng, 7)
+    rows = compare(IsingModel(h, J, beta=0.7), ["meanfield-bp"], key=jax.random.PRNGKey(0))
+    ref = brute_force(h, J, 0.7)
+    assert rows.reference_name == "exact"
+    np.testing.assert_allclose(rows.reference.mean, ref["mean"], atol=1e-10)
+    np.testing.assert_allclose(rows[0]["max_err"], np.abs(rows[0]["mean"] - ref["mean"]).max(), atol=1e-10)
+
+
+def _chain_marginals(h, Jc, beta):
+    """<s_j> of an open chain E = -sum h_j s_j - sum Jc_j s_j s_{j+1}, by transfer matrices (float64)."""
+    s = np.array([1.0, -1.0])
+    n = len(h)
+    fwd, bwd = [np.ones(2)], [np.ones(2)]
+    for j in range(n - 1):  # fwd[j+1](s_{j+1}) = sum_{s_j} fwd[j] e^{beta h_j s_j} e^{beta J s_j s_{j+1}}
+        a = fwd[-1] * np.exp(beta * h[j] * s)
+        fwd.append(np.exp(beta * Jc[j] * np.outer(s, s)).T @ a / a.sum())
+    for j in range(n - 1, 0, -1):
+        b = bwd[-1] * np.exp(beta * h[j] * s)
+        bwd.append(np.exp(beta * Jc[j - 1] * np.outer(s, s)) @ b / b.sum())
+    bwd = bwd[::-1]
+    p = np.array([fwd[j] * bwd[j] * np.exp(beta * h[j] * s) for j in range(n)])
+    p /= p.sum(1, keepdims=True)
+    return p @ s
+
+
+def test_compare_beyond_exact_with_another_reference(capsys):
+    """n = 30 > 20: the exact reference is refused (the message names the way out), and an
+    explicit reference is used instead. On a chain BP and Banded are both exact, so the
+    reference's marginals equal the transfer-matrix ones and Banded's error is ~0."""
+    rng = np.random.default_rng(4)
+    h, J = random_model(rng, 30)
+    J = np.triu(np.tril(J, 1), 1)
+    J = J + J.T
+    model = IsingModel(h, J, beta=0.8)
+    with pytest.raises(IsingInputError, match="reference="):
+        compare(model, ["banded"], key=jax.random.PRNGKey(0))
+    rows = compare(model, ["banded"], key=jax.random.PRNGKey(0), reference="meanfield-bp")
+    exact = _chain_marginals(h, np.diag(J, 1), 0.8)
+    assert rows.reference_name == "meanfield-bp"
+    np.testing.assert_allclose(rows.reference.mean, exact, atol=1e-5)
+    np.testing.assert_allclose(rows[0]["mean"], exact, atol=1e-10)
+    assert rows[0]["max_err"] < 1e-5
+    assert main(["compare", "--n", "30", "--graph", "chain", "--reference", "meanfield-bp", "--engines", "banded",
+                 "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert "n=30" in out and "errors relative to meanfield-bp" in out
+    assert float(out.split("banded")[-1].split()[0]) < 1e-5
+    with pytest.raises(IsingInputError, match="--reference"):
+        main(["compare", "--n", "30"])

@@ -19,30 +19,37 @@ def _run(script, *args, cwd, env=None):
     return out.stdout
 
 
+def _written(cwd):
+    """Every file under ``cwd``: examples write into runs/examples/, never into the working folder itself."""
+    return sorted(str(p.relative_to(cwd)) for p in Path(cwd).rglob("*") if p.is_file())
+
+
 def test_compare_engines(tmp_path):
-    out = _run("compare_engines.py", "--n", "6", "--engines", "exact,meanfield-bp", "--plot", "c.png", cwd=tmp_path)
+    out = _run("compare_engines.py", "--n", "6", "--engines", "exact,meanfield-bp", cwd=tmp_path)
     exact = re.search(r"^exact\s+(\S+)", out, re.M)
     bp = re.search(r"^meanfield-bp\s+(\S+)", out, re.M)
     assert float(exact.group(1)) == 0.0 and 0.0 < float(bp.group(1)) < 0.2  # BP is approximate on a dense graph
-    assert (tmp_path / "c.png").stat().st_size > 0
+    assert _written(tmp_path) == ["runs/examples/compare_engines.png"]
+    assert (tmp_path / "runs/examples/compare_engines.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_export_bqm(tmp_path):
-    out = _run("export_bqm.py", "--n", "6", "--reads", "400", "--out", "m.bqm", cwd=tmp_path)
+    out = _run("export_bqm.py", "--n", "6", "--reads", "400", cwd=tmp_path)
     assert "energies agree: True" in out
     rows = re.findall(r"^\s+\d+\s+(\S+)\s+(\S+)\s+\((\S+)\)", out, re.M)
     assert len(rows) == 6
     # thermal SQA reads are nearly independent here; allow 5 naive standard errors
     assert all(abs(float(a) - float(b)) <= 5 * float(s) + 1e-3 for a, b, s in rows)
-    assert (tmp_path / "m.bqm").stat().st_size > 0
+    assert _written(tmp_path) == ["runs/examples/model.bqm"]
+    assert (tmp_path / "runs/examples/model.bqm").read_bytes()[:8] == b"DIMODBQM"
 
 
 def test_analyze_couplings(tmp_path):
-    out = _run("analyze_couplings.py", "--plot", "j.png", cwd=tmp_path)
+    out = _run("analyze_couplings.py", cwd=tmp_path)
     prof = [float(v) for v in re.findall(r"\d+:([+-]\d\.\d+)", out.splitlines()[0])]
     # the toy J is +0.3 at distances 2-4 and -0.2 from 6 on, plus N(0, 0.02) noise
     assert all(abs(p - 0.3) < 0.03 for p in prof[1:4]) and all(abs(p + 0.2) < 0.03 for p in prof[5:])
-    assert (tmp_path / "j.png").stat().st_size > 0
+    assert _written(tmp_path) == ["runs/examples/couplings.png"]
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="Tiny Shakespeare test copy not present")
@@ -51,3 +58,4 @@ def test_train_shakespeare(tmp_path):
                cwd=tmp_path, env={"ISINGATTN_DATA": str(CORPUS)})
     ppl = float(re.search(r"validation perplexity (\S+)", out).group(1))
     assert ppl < 65 / 2  # far below a uniform guess over the 65-character vocabulary
+    assert _written(tmp_path) == []
