@@ -263,7 +263,7 @@ class IsingModel(eqx.Module):
                                   "Add variables to it (bqm.add_variable(v, bias)) before converting.")
         pos = {v: i for i, v in enumerate(labels)}
         n = len(labels)
-        h = np.array([_real(f"from_bqm: the linear bias of {v!r}", -bqm.get_linear(v)) for v in labels], dtype=np.float64)
+        h = np.array([-_real(f"from_bqm: the linear bias of {v!r}", bqm.get_linear(v)) for v in labels], dtype=np.float64)
         J = np.zeros((n, n))
         for (u, v), b in bqm.quadratic.items():
             J[pos[u], pos[v]] = J[pos[v], pos[u]] = -_real(f"from_bqm: the quadratic bias of ({u!r}, {v!r})", b)

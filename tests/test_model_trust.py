@@ -186,6 +186,21 @@ def test_from_networkx_non_numeric_attributes_name_the_node_or_edge():
     np.testing.assert_array_equal(m.J, [[0.0, -0.25], [-0.25, 0.0]])
 
 
+def test_from_bqm_non_numeric_biases_name_the_variable():
+    bqm = dimod.BinaryQuadraticModel({"a": "x", "b": 0.5}, {}, 0.0, dimod.SPIN, dtype=object)
+    with pytest.raises(IsingTypeError, match=r"from_bqm: the linear bias of 'a' must be a real number; got str 'x'"):
+        IsingModel.from_bqm(bqm)
+    bqm = dimod.BinaryQuadraticModel({"a": 0.1, "b": 0.5}, {}, 0.0, dimod.SPIN, dtype=object)
+    bqm.set_quadratic("a", "b", "y")
+    with pytest.raises(IsingTypeError, match=r"from_bqm: the quadratic bias of \('a', 'b'\) must be a real number; got str"):
+        IsingModel.from_bqm(bqm)
+    # an object BQM of real numbers converts, signs as for float BQMs (h = -linear, J = -quadratic)
+    bqm = dimod.BinaryQuadraticModel({"a": 0.1, "b": 0.5}, {("a", "b"): 2}, 0.0, dimod.SPIN, dtype=object)
+    m = IsingModel.from_bqm(bqm)
+    np.testing.assert_array_equal(m.h, [-0.1, -0.5])
+    np.testing.assert_array_equal(m.J, [[0.0, -2.0], [-2.0, 0.0]])
+
+
 def test_from_networkx_graph_beta_none_names_beta():
     G = nx.Graph(beta=None)
     G.add_node(0, h=1.0)
