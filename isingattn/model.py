@@ -72,7 +72,10 @@ class IsingModel(eqx.Module):
         labels: optional hashable variable labels (kept by BQM/networkx round trips).
 
     Inputs are validated at construction: eagerly when concrete, and with
-    ``equinox.error_if`` (a runtime error, never silent garbage) under ``jit``.
+    ``equinox.error_if`` (a runtime error, never silent garbage) under ``jit``, where
+    every field carries every check, so a function that reads only ``beta`` or only
+    ``J`` of an invalid model raises too. A model needs at least one spin (``n ≥ 1``).
+    Messages name the argument (``h``, ``J``, ``beta``, ``mask``, ``labels``).
     """
 
     h: jax.Array
