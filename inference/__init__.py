@@ -6,10 +6,10 @@
 from isingattn.engine import Engine, available, get, register
 from isingattn.inference.banded import Banded
 from isingattn.inference.dimod_engine import DimodEngine
-from isingattn.inference.dqa import DQA, DQASampler
+from isingattn.inference.dqa import DQA, DQACalibrationWarning, DQARangeWarning, DQASampler, DQAWarning
 from isingattn.inference.exact import Exact
 from isingattn.inference.gibbs import Gibbs, IsingGibbsKernel, to_inference_data
 from isingattn.inference.meanfield import MeanField, MeanFieldConvergenceWarning
 from isingattn.inference.sqa import SQA, SQASampler
 
-__all__ = ["Banded", "DQA", "DQASampler", "DimodEngine", "Engine", "Exact", "Gibbs", "IsingGibbsKernel", "MeanField", "MeanFieldConvergenceWarning", "SQA", "SQASampler", "available", "get", "register", "to_inference_data"]
+__all__ = ["Banded", "DQA", "DQACalibrationWarning", "DQARangeWarning", "DQASampler", "DQAWarning", "DimodEngine", "Engine", "Exact", "Gibbs", "IsingGibbsKernel", "MeanField", "MeanFieldConvergenceWarning", "SQA", "SQASampler", "available", "get", "register", "to_inference_data"]
