@@ -223,7 +223,7 @@ def _train(args) -> int:
 
         mesh = data_mesh(args.devices)
     results = run_cell(cell, out, data_path=getattr(args, "data", None), progress=not args.no_progress,
-                       command=" ".join(["isingattn", *getattr(args, "argv", sys.argv[1:])]), resume=args.resume, mesh=mesh,
+                       command=_command(args), resume=args.resume, mesh=mesh,
                        restart=args.restart)
     print("\n" + write_summary(cell, results, out, time.perf_counter() - t0))
     print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl, ckpt-*.npz")
@@ -266,7 +266,7 @@ def _reproduce(args) -> int:
             t0 = time.perf_counter()
             try:
                 results = run_cell(cell, out, data_path=args.data, progress=not args.no_progress,
-                                   command=" ".join(["isingattn", *sys.argv[1:]]),
+                                   command=_command(args),
                                    restart=getattr(args, "restart", False))
             except DataUnavailable:  # offline without the corpus: run what needs no download
                 skipped.append(cell.name)
@@ -546,6 +546,20 @@ def _enable_compile_cache():
     if path and path.lower() not in ("0", "off", "none"):
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def _command(args) -> str:
+    """The command line as recorded in a run folder's commands.txt. The corpus path is
+    written as ``$ISINGATTN_DATA``: the file is checked by SHA-256, so its location does not
+    change a result, and a committed results folder must not point outside its repository."""
+    argv, out = list(getattr(args, "argv", sys.argv[1:])), []
+    for i, a in enumerate(argv):
+        if i and argv[i - 1] == "--data":
+            a = "$ISINGATTN_DATA"
+        elif a.startswith("--data="):
+            a = "--data=$ISINGATTN_DATA"
+        out.append(a)
+    return " ".join(["isingattn", *out])
 
 
 def main(argv=None) -> int:

@@ -156,6 +156,10 @@ def _data(cell: Cell, data_path: Optional[str]):
     def data_for_seed(seed):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
         d = brackets.make_data(key, cell.seq_len, cell.n_train, cell.n_test, cell.depth, cell.types)
+        if len(d.test.tokens) == 0 or len(d.train.tokens) == 0:
+            raise IsingInputError(f"brackets at seq_len={cell.seq_len}, depth={cell.depth}, types={cell.types} gave "
+                                  f"{len(d.train.tokens)} training and {len(d.test.tokens)} test strings; there are "
+                                  "too few distinct strings to hold out a test set. Use a longer seq_len.")
         return d.train, d.test
 
     return 2 * cell.types, data_for_seed, {"task": "brackets", "chars": brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types],

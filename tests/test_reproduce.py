@@ -121,3 +121,5 @@ def test_quick_reproduce_offline_runs_what_needs_no_download(tmp_path, monkeypat
     assert set(json.load(open(root / "shakespeare/T4/results.json"))) == {"softmax"}
     assert {c: (root / c / "metrics.jsonl").read_text() for c in logs} == logs  # finished cells not retrained
     assert (tmp_path / "empty-cache" / "isingattn" / "tinyshakespeare.txt").exists()  # --data cached once
+    recorded = (root / "shakespeare/T4/commands.txt").read_text()
+    assert "--data $ISINGATTN_DATA" in recorded and corpus not in recorded  # no path outside the repository

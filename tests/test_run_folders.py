@@ -237,3 +237,11 @@ def test_cell_rejects_meaningless_settings(field, value):
 
     with pytest.raises(IsingInputError, match=field if field != "variants" else "variant"):
         _cell(**{field: value})
+
+
+def test_a_task_too_small_for_a_test_set_is_refused(tmp_path):
+    from isingattn.errors import IsingInputError
+
+    with pytest.raises(IsingInputError, match="0 test strings"):  # seq_len=2, one bracket kind: one string in all
+        run_cell(_cell(seq_len=2, types=1, n_train=10, n_test=10), str(tmp_path / "c"), progress=False)
+    assert not (tmp_path / "c" / "metrics.jsonl").exists()
