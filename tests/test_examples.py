@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-CORPUS = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 
 
 def _run(script, *args, cwd, env=None):
@@ -52,10 +51,9 @@ def test_analyze_couplings(tmp_path):
     assert _written(tmp_path) == ["runs/examples/couplings.png"]
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="Tiny Shakespeare test copy not present")
-def test_train_shakespeare(tmp_path):
+def test_train_shakespeare(tmp_path, corpus):
     out = _run("train_shakespeare.py", "--seq-len", "4", "--steps", "60", "--eval-every", "60", "--variant", "h",
-               cwd=tmp_path, env={"ISINGATTN_DATA": str(CORPUS)})
+               cwd=tmp_path, env={"ISINGATTN_DATA": corpus})
     ppl = float(re.search(r"validation perplexity (\S+)", out).group(1))
     assert ppl < 65 / 2  # far below a uniform guess over the 65-character vocabulary
     assert _written(tmp_path) == []
