@@ -74,10 +74,14 @@ def _open(path):
     if not os.path.isfile(path):
         raise CheckpointError(f"no checkpoint at {path!r}.")
     try:
-        return np.load(path, allow_pickle=False)
+        z = np.load(path, allow_pickle=False)
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
         raise CheckpointError(f"{path} is not a readable checkpoint ({_plain(e)}); it may be truncated or corrupt, "
                               "or not written by isingattn.") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):  # a bare .npy array: np.load returns it, not an archive
+        raise CheckpointError(f"{path} is a single NumPy array (.npy), not an isingattn checkpoint (an .npz archive "
+                              "of arrays and metadata).")
+    return z
 
 
 def _plain(e: Exception) -> str:
@@ -85,7 +89,7 @@ def _plain(e: Exception) -> str:
     and loading untrusted pickles runs arbitrary code."""
     text = str(e)
     if "pickle" in text.lower():
-        return "it holds Python objects, which isingattn checkpoints never contain"
+        return "numpy could read it only by unpickling Python objects, which isingattn checkpoints never contain"
     return text
 
 

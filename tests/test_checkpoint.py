@@ -43,6 +43,27 @@ def test_errors(tmp_path):
         checkpoint.load(p, {"a": jnp.zeros(4)})
 
 
+def test_files_that_are_not_checkpoints_are_refused_clearly(tmp_path, capsys):
+    """A bare .npy array (np.load returns an ndarray, not an archive) and a text file get a
+    CheckpointError that says what the file is, and the CLI a one-line exit 2."""
+    from isingattn.cli import run
+
+    npy, text = str(tmp_path / "a.npy"), str(tmp_path / "notes.npz")
+    np.save(npy, np.zeros(3))
+    open(text, "w").write("not an archive\n")
+    with pytest.raises(checkpoint.CheckpointError, match=r"single NumPy array \(\.npy\)"):
+        checkpoint.read_meta(npy)
+    with pytest.raises(checkpoint.CheckpointError, match=r"single NumPy array \(\.npy\)"):
+        checkpoint.load(npy, {"a": jnp.zeros(3)})
+    with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint") as e:
+        checkpoint.read_meta(text)
+    assert "allow_pickle" not in str(e.value)
+    assert run(["export-bqm", npy, "--text", "()", "--query", "1", "--out", str(tmp_path / "q.bqm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and npy in err[0] and ".npy" in err[0]
+    assert not (tmp_path / "q.bqm").exists()
+
+
 def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     p = str(tmp_path / "c.npz")
     checkpoint.save(p, {"a": jnp.arange(3.0)}, {"v": 1})
