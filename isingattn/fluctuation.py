@@ -33,6 +33,20 @@ from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 
+def _outer_to(a, b, shape):
+    """``Σ_s a[..., s, j] b[..., s, k]`` summed over the samples and over the batch axes
+    that a broadcast ``J`` of ``shape`` does not carry: ``a, b [..., S, n] -> shape``.
+
+    One contraction, so a ``J`` shared by many queries gets its gradient without a
+    per-query ``[Q, n, n]`` intermediate."""
+    batch = a.shape[:-2]
+    own = (1,) * (len(batch) - (len(shape) - 2)) + tuple(shape[:-2])  # J's batch axes, aligned right
+    ax = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(batch)]
+    keep = "".join(c for c, d in zip(ax, own) if d != 1)
+    out = jnp.einsum(f"{ax}sj,{ax}sk->{keep}jk", a, b)
+    return out.reshape(shape)
+
+
 @jax.custom_vjp
 def _mean(h, J, beta, samples):
     return samples.mean(-2)
@@ -43,11 +57,11 @@ def _mean_fwd(h, J, beta, samples):
 
 
 def _mean_bwd(res, g):
-    h, J, beta, s = res  # s: [..., S, n]; g: [..., n]
+    h, J, beta, s = res  # s: [..., S, n]; g: [..., n]; J: [..., n, n], possibly shared over the batch
     S = s.shape[-2]
     w = jnp.einsum("...sn,...n->...s", s - s.mean(-2, keepdims=True), g) / S  # centred ḡ·s, [..., S]
     gh = beta * jnp.einsum("...s,...sn->...n", w, s)
-    gJ = 0.5 * beta * jnp.einsum("...s,...sj,...sk->...jk", w, s, s)
+    gJ = 0.5 * beta * _outer_to(w[..., None] * s, s, J.shape)
     gJ = gJ * (1 - jnp.eye(s.shape[-1], dtype=gJ.dtype))
     gbeta = -jnp.sum(w * energy(h[..., None, :], J[..., None, :, :], s))
     return gh, gJ, gbeta.astype(beta.dtype), jnp.zeros_like(s)
@@ -76,8 +90,8 @@ def _rb_mean_bwd(res, g):
     w = jnp.einsum("...sn,...n->...s", t - t.mean(-2, keepdims=True), g) / S  # output spin a via t_a
     one_minus_t2 = 1 - t * t  # [..., S, n]: the exact-variance corrections where a is also an input
     gh = beta * (jnp.einsum("...s,...sn->...n", w, s) + g * one_minus_t2.mean(-2))
-    C = jnp.einsum("...sa,...sc->...ac", one_minus_t2, s) / S * g[..., :, None]  # g_a E[(1 - t_a²) s_c]
-    gJ = 0.5 * beta * (jnp.einsum("...s,...sj,...sk->...jk", w, s, s) + C + jnp.swapaxes(C, -1, -2))
+    C = _outer_to(one_minus_t2 * g[..., None, :], s, J.shape) / S  # Σ g_a E[(1 - t_a²) s_c]
+    gJ = 0.5 * beta * (_outer_to(w[..., None] * s, s, J.shape) + C + jnp.swapaxes(C, -1, -2))
     gJ = gJ * (1 - jnp.eye(n, dtype=gJ.dtype))
     _, _, gbeta, _ = _mean_bwd((h, J, beta, s), g)  # β's gradient from the plain samples
     return gh, gJ, gbeta, jnp.zeros_like(s)
@@ -100,8 +114,7 @@ def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_black
     if act is not None:
         samples = jnp.where(act[..., None, :], samples, 0.0)
     samples = jax.lax.stop_gradient(samples.astype(model.dtype))
-    h = jnp.broadcast_to(h, batch + h.shape[-1:])
-    J = jnp.broadcast_to(J, batch + J.shape[-2:])
+    h = jnp.broadcast_to(h, batch + h.shape[-1:])  # J stays as given: its gradient is summed in the VJP
     mean = (_rb_mean if rao_blackwell else _mean)(h, J, model.beta, samples)
     if rao_blackwell and act is not None:
         mean = jnp.where(act, mean, 0.0)

@@ -69,3 +69,29 @@ def test_rao_blackwell_mean_is_unbiased_and_less_noisy():
     assert np.all(np.abs(rb.mean(0) - ref) <= 4 * se)
     # E[Var(s_a | s_-a)] ≥ 0: the conditional mean never has more variance than s_a
     assert np.all(rb.var(0) <= plain.var(0))
+
+
+@pytest.mark.parametrize("rao_blackwell", [False, True])
+def test_shared_J_gets_the_summed_gradient_without_a_per_query_copy(rao_blackwell):
+    """A J shared by Q queries: its gradient is the sum of the per-query gradients (computed
+    here with J explicitly copied per query), and the backward pass never forms [Q, n, n]."""
+    rng = np.random.default_rng(3)
+    Q, n, S = 7, 5, 64
+    h = jnp.asarray(rng.normal(size=(Q, n)))
+    J = jnp.asarray(random_model(rng, n, J_scale=0.5)[1])
+    s = jnp.asarray(rng.choice([-1.0, 1.0], size=(Q, S, n)))
+    c = jnp.asarray(rng.normal(size=(Q, n)))
+
+    def loss(J, Jq):
+        return jnp.sum(c * sample_marginals(IsingModel(h, Jq if Jq is not None else J, 0.7), s,
+                                            rao_blackwell=rao_blackwell).mean)
+
+    shared = jax.grad(lambda J: loss(J, None))(J)
+    copied = jax.grad(lambda Jq: loss(None, Jq))(jnp.broadcast_to(J, (Q, n, n)))
+    np.testing.assert_allclose(shared, copied.sum(0), rtol=1e-12, atol=1e-12)
+    from isingattn import fluctuation  # the estimator itself (Marginals.corr is per query by definition)
+
+    mean = fluctuation._rb_mean if rao_blackwell else fluctuation._mean
+    jaxpr = jax.make_jaxpr(jax.grad(lambda J: jnp.sum(c * mean(h, J, jnp.asarray(0.7), s))))(J)
+    shapes = {tuple(v.aval.shape) for eqn in jaxpr.jaxpr.eqns for v in eqn.outvars}
+    assert (Q, n, n) not in shapes
