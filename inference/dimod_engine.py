@@ -100,7 +100,10 @@ class DimodEngine(Engine):
                           "exp(-βE); marginals and gradients are those of its own output distribution.", stacklevel=2)
         out = jax.ShapeDtypeStruct((size, S, n), model.dtype)
         host = functools.partial(self._host_sample, dtype=np.dtype(model.dtype))
-        samples = jax.pure_callback(host, out, h, J, model.beta, seeds, vmap_method="sequential")
+        # The samples carry no gradient (sample_marginals' fluctuation identities supply it), and
+        # pure_callback has no JVP: without stop_gradient, jax.grad and training fail.
+        sg = jax.lax.stop_gradient
+        samples = jax.pure_callback(host, out, sg(h), sg(J), sg(model.beta), seeds, vmap_method="sequential")
         samples = samples.reshape(batch + (S, n))
         return sample_marginals(model, samples, info={"at_beta": jnp.asarray(bk is not None)})
 

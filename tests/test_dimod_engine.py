@@ -48,3 +48,29 @@ def test_requires_key_and_sampler():
         DimodEngine(num_reads=2).marginals(IsingModel(np.zeros(2), np.zeros((2, 2))))
     with pytest.raises(TypeError, match="dimod.Sampler"):
         DimodEngine(object())
+
+
+def test_gradient_is_the_exact_covariance_within_standard_error():
+    """jax.grad through the engine (as training takes it): d⟨s_i⟩/dh_j = β Cov(s_i, s_j), and
+    d⟨s_i⟩/dβ = Cov(s_i, -E), against the float64 brute force, with the standard error of a
+    sample covariance from exact draws (TreeDecompositionSampler samples exp(-βE) exactly)."""
+    rng = np.random.default_rng(3)
+    n, beta, reads = 4, 0.7, 4000
+    h, J = rng.normal(size=n) * 0.6, random_model(rng, n)[1]
+    eng = DimodEngine(dwave.TreeDecompositionSampler(), num_reads=reads)
+    key = jax.random.PRNGKey(0)
+    jac = np.asarray(jax.jacrev(lambda h: eng.marginals(IsingModel(h, J, beta), key=key).mean)(jnp.asarray(h)))
+    ref = brute_force(h, J, beta)
+    p, S, m = ref["probs"], ref["spins"], ref["mean"]
+    d = S - m
+    cov = np.einsum("c,ci,cj->ij", p, d, d)
+    # Var of one read's centred product (s_i - m_i)(s_j - m_j), over reads
+    var = np.einsum("c,ci,cj->ij", p, d**2, d**2) - cov**2
+    se = beta * np.sqrt(var / reads)
+    assert np.all(np.abs(jac - beta * cov) <= 4 * se + 1e-3), (jac, beta * cov)
+    g_beta = float(jax.grad(lambda b: eng.marginals(IsingModel(h, J, b), key=key).mean.sum())(beta))
+    E = -S @ h - 0.5 * np.einsum("ci,ij,cj->c", S, J, S)
+    dE = E - p @ E
+    x = d.sum(1) * -dE  # one read's contribution to Cov(sum_i s_i, -E)
+    se_b = np.sqrt((p @ x**2 - (p @ x) ** 2) / reads)
+    assert abs(g_beta - p @ x) <= 4 * se_b + 1e-3, (g_beta, p @ x)
