@@ -136,11 +136,22 @@ def _engine_from_args(name: str, kw_text: str, option: str = "--engine"):
     from isingattn.inference import get
 
     kw = _parse_kw(kw_text)
+    given = f"{option} {name}" + (f" --engine-kw {kw_text}" if kw else "")
     try:
-        return get(name, **kw), kw
+        engine = get(name, **kw)
     except (IsingInputError, IsingTypeError) as e:
-        given = f"{option} {name}" + (f" --engine-kw {kw_text}" if kw else "")
         raise _error(f"{given}: {e}") from None
+    sample_kwargs = dict(getattr(engine, "sample_kwargs", ()))
+    if sample_kwargs:  # a dimod sampler's own parameters: only the sampler can check them, so try one read
+        import dimod
+
+        try:
+            engine.sampler.sample(dimod.BinaryQuadraticModel({0: 0.0}, {}, 0.0, "SPIN"), num_reads=1,
+                                  **sample_kwargs)
+        except Exception as e:  # any sampler's refusal, which would otherwise surface mid-training
+            raise _error(f"{given}: {type(engine.sampler).__name__} refused these settings "
+                         f"({type(e).__name__}: {e}).") from None
+    return engine, kw
 
 
 def _dyck_words(T: int, depth: int, types: int) -> int:
