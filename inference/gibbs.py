@@ -49,6 +49,7 @@ models mix slowly (single-spin moves): check ``info["r_hat"]`` / ``info["ess"]``
 
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import NamedTuple, Optional, Sequence
 
@@ -312,11 +313,23 @@ def color_classes(J) -> tuple:
     return tuple(sorted((tuple(sorted(g)) for g in groups.values()), key=lambda c: c[0]))
 
 
-def _check_classes(classes, n: int, J=None) -> tuple:
+def _index_classes(colors) -> tuple:
+    """Nested sequences of spin indices -> tuple of tuples of ``int``. Only integers are
+    indices: ``int("x")`` would raise a bare ValueError and ``int(0.5)`` silently give 0."""
+    def index(i):
+        if isinstance(i, (bool, np.bool_)):
+            raise TypeError
+        return operator.index(i)
+
     try:
-        classes = tuple(tuple(int(i) for i in c) for c in classes)
+        return tuple(tuple(index(i) for i in c) for c in colors)
     except TypeError:
-        raise IsingInputError(f"colors must be a sequence of sequences of spin indices; got {classes!r}.") from None
+        raise IsingInputError(f"colors must be a sequence of sequences of integer spin indices, e.g. ((0, 2), (1, 3)); "
+                              f"got {colors!r}.") from None
+
+
+def _check_classes(classes, n: int, J=None) -> tuple:
+    classes = _index_classes(classes)
     flat = sorted(i for c in classes for i in c)
     if flat != list(range(n)) or any(len(c) == 0 for c in classes):
         raise IsingInputError(
@@ -648,10 +661,7 @@ def _as_classes(colors):
     """Static config must be hashable: nested lists/arrays of indices -> tuple of tuples."""
     if colors is None:
         return None
-    try:
-        return tuple(tuple(int(i) for i in c) for c in colors)
-    except TypeError:
-        raise IsingInputError(f"colors must be a sequence of sequences of spin indices; got {colors!r}.") from None
+    return _index_classes(colors)
 
 
 @register("gibbs")

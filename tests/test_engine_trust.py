@@ -191,6 +191,7 @@ CASES = [  # (engine, setting, bad values)
     (Gibbs, "thin", _COUNT), (Gibbs, "schedule", ["random", 3, None]),
     (Gibbs, "rhat_threshold", [1.0, 0.5, float("nan"), float("inf"), "1.05", True, None]),
     (Gibbs, "diagnostics", _BOOL), (Gibbs, "rao_blackwell", _BOOL),
+    (Gibbs, "colors", ["x", [["a"]], [[0.5]], [[True, 1]], 3]),
     (SQA, "num_sweeps", _COUNT), (SQA, "trotter", _COUNT), (SQA, "num_reads", _COUNT),
     (SQA, "thermal_sweeps", _COUNT0), (SQA, "beta", [0, -1.0, float("nan"), float("inf"), "1.0", True]),
     (SQA, "mode", ["sample", 3, None]), (SQA, "global_moves", _BOOL), (SQA, "rao_blackwell", _BOOL),
@@ -210,6 +211,7 @@ def test_bad_setting_is_refused_naming_it(engine, name, bad):
     (Exact, dict(max_n=np.int64(3), corr=np.bool_(True))), (Banded, dict(bandwidth=20, path="sweep")),
     (MeanField, dict(damping=0, max_iter=np.int32(1), tol=1)),
     (Gibbs, dict(num_warmup=0, num_samples=8, thin=2, rhat_threshold=1.01)),
+    (Gibbs, dict(schedule="colored", colors=[np.array([0, 2]), [np.int64(1)]])),
     (SQA, dict(thermal_sweeps=0, beta=2, gamma_schedule=("geometric", np.float32(3.0), 1e-3))),
     (DimodEngine, dict(num_reads=np.int64(1))),
 ])
