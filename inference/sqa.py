@@ -45,7 +45,10 @@ Modes:
   sweep of the same kernel). The annealed path-integral state is the initial
   condition; the tail makes the samples exact in the long-run limit. The split
   R-hat of the energy over the tail (reads as chains) is reported, and a warning is
-  issued when it exceeds ``RHAT_THRESHOLD``.
+  issued when it exceeds ``RHAT_THRESHOLD``. A spin with one value in every read and
+  tail sweep is ``frozen`` (unless its own field pins it, as in Gibbs): reads that never
+  moved are no evidence of convergence, so such a model is not ``converged``, and a
+  constant energy there gives R-hat NaN rather than 1.
 
 Where it becomes slow: cost is ``num_reads · P · n² · num_sweeps`` per model (dense
 couplings; sparsity is not exploited), plus ``num_reads · n² · thermal_sweeps``.
@@ -336,8 +339,25 @@ def _split_rhat(x):
     W = jnp.mean(jnp.var(c, axis=1, ddof=1), axis=0)
     B_over_L = jnp.var(jnp.mean(c, axis=1), axis=0, ddof=1)
     var_plus = (L - 1) / L * W + B_over_L
-    # all chains constant and equal: perfectly "mixed" for this statistic
-    return jnp.where(var_plus == 0, 1.0, jnp.sqrt(var_plus / jnp.where(W == 0, 0.0, W)))
+    # all chains constant and equal: perfectly "mixed" for this statistic. Tested exactly
+    # (max == min): under jit a rounded mean can leave var_plus ~1e-30, giving inf or 1 by chance.
+    return jnp.where(_constant(x), 1.0, jnp.sqrt(var_plus / jnp.where(W == 0, 0.0, W)))
+
+
+def _constant(x):
+    """``x [R, T, ...]`` -> ``[...]``: one value in every read and sweep (compared exactly)."""
+    return jnp.max(x, axis=(0, 1)) == jnp.min(x, axis=(0, 1))
+
+
+def _frozen_spins(h, J, beta, up, down, num_draws: int):
+    """``[..., n]``: spins that took one value in every read and tail sweep (``up``/``down``:
+    ever +1 / ever -1), other than spins pinned by their own field (``|h_i| - Σ_k |J_ik|``
+    large enough that ``1 - tanh(β·margin) ≤ 1 / num_draws``, holding ``sign h_i``), whose
+    constant value is the right answer without mixing (the rule of Gibbs' ``_known_spins``)."""
+    margin = jnp.abs(h) - jnp.sum(jnp.abs(J), axis=-1)
+    pinned = (margin > 0) & (1 - jnp.tanh(beta * margin) <= 1.0 / num_draws)
+    right = jnp.where(up, 1.0, -1.0) * jnp.sign(h) > 0
+    return (up != down) & ~(pinned & right)
 
 
 @partial(jax.jit, static_argnames=("num_reads", "trotter", "num_sweeps", "gamma_schedule", "mode",
@@ -358,7 +378,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
         ``samples [..., num_reads, n]`` (dtype of h) and an info dict of ``[...]`` arrays:
         ``acceptance_single``, ``acceptance_global`` (means over reads and annealing
         sweeps), ``energy`` ``[..., num_reads]`` of the returned samples and, for
-        ``mode="thermal"``, ``rhat_energy`` and ``converged``.
+        ``mode="thermal"``, ``rhat_energy``, ``frozen [..., n]`` and ``converged``.
     """
     dt = h.dtype
     n = h.shape[-1]
@@ -387,13 +407,14 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
             Eg = _exp_noise(k2, shape[:1] + shape[2:], dt) if global_moves else jnp.zeros(shape[:1] + shape[2:], dt)
             s_t, acc_s, acc_g = _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves)
             E = energy(h[..., None, :], J[..., None, :, :], from_t(s_t)) if trace_energy else None
-            return s_t, (acc_s.sum(0) / (n * P), acc_g / n, E)
+            seen = (jnp.any(s_t > 0, axis=(1, 2)), jnp.any(s_t < 0, axis=(1, 2))) if trace_energy else None
+            return s_t, (acc_s.sum(0) / (n * P), acc_g / n, E, seen)
 
         return lax.scan(body, s_t, (jnp.arange(gammas.shape[0]), gammas))
 
     k_init, k_anneal, k_tail = jax.random.split(key, 3)
     spins = jnp.where(prng.uniform(k_init, (n, P, R) + batch, dt) < 0.5, -1.0, 1.0).astype(dt)
-    s_t, (acc_s, acc_g, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
+    s_t, (acc_s, acc_g, _, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
     state = SQAState(from_t(s_t), None)
     info = {"acceptance_single": acc_s.mean((0, 1)), "acceptance_global": acc_g.mean((0, 1))}
     if mode == "anneal":
@@ -405,15 +426,22 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
         # thermal: Γ -> 0 locks the ring; keep replica 0 and run classical sweeps at β
         s1 = state.spins[..., :1, :]
         if thermal_sweeps:
-            s1_t, (_, _, Etrace) = run_sweeps(k_tail, to_t(s1), jnp.zeros((thermal_sweeps,), dt), 1, False, True)
+            s1_t, (_, _, Etrace, (up, down)) = run_sweeps(k_tail, to_t(s1), jnp.zeros((thermal_sweeps,), dt), 1,
+                                                          False, True)
             s1 = from_t(s1_t)
-            rhat = _split_rhat(jnp.swapaxes(Etrace[..., 0], 0, 1))  # [T, R, ...] -> [R, T, ...]
+            up, down = (jnp.moveaxis(jnp.any(x, axis=0), 0, -1) for x in (up, down))  # [T, n, ...] -> [..., n]
+            frozen = _frozen_spins(h, J, beta, up, down, R * thermal_sweeps)
+            Etrace = jnp.swapaxes(Etrace[..., 0], 0, 1)  # [T, R, ...] -> [R, T, ...]
+            rhat = jnp.where(_constant(Etrace) & jnp.any(frozen, axis=-1), jnp.nan, _split_rhat(Etrace))
         else:
             rhat = jnp.full(batch, jnp.nan, dt)
+            frozen = jnp.zeros(batch + (n,), bool)
         s = s1[..., 0, :]
         E = energy(h, J, s)
         info["rhat_energy"] = rhat
-        info["converged"] = rhat < RHAT_THRESHOLD  # NaN (too short a tail) counts as not converged
+        info["frozen"] = frozen
+        # NaN (too short a tail, or a constant energy of frozen reads) counts as not converged
+        info["converged"] = (rhat < RHAT_THRESHOLD) & ~jnp.any(frozen, axis=-1)
     r = len(batch)
     info["energy"] = jnp.moveaxis(E, 0, r)
     return jnp.moveaxis(s, 0, r), info
@@ -456,8 +484,10 @@ class SQA(Engine):
     ``marginals(model, key=key)`` returns :func:`~isingattn.fluctuation.sample_marginals`
     of the ``[..., num_reads, n]`` samples, so it is differentiable in ``h``, ``J``, β and
     works inside ``jit``. ``info``: ``acceptance_single``, ``acceptance_global``,
-    ``energy``, and in thermal mode ``rhat_energy`` and ``converged`` (a warning is
-    issued when, called eagerly, some model has ``rhat_energy > RHAT_THRESHOLD``).
+    ``energy``, and in thermal mode ``rhat_energy``, ``frozen`` ``[..., n]`` (spins that kept
+    one value in every read and tail sweep, not pinned by their field) and ``converged``
+    (R-hat below ``RHAT_THRESHOLD`` and no frozen spin; a warning is issued when, called
+    eagerly, some model is not converged).
 
     Cost: ``num_reads · n² · (trotter · num_sweeps + thermal_sweeps)`` per model.
     """
@@ -487,7 +517,8 @@ class SQA(Engine):
             raise IsingTypeError(f"SQA.marginals expects an IsingModel; got {type(model).__name__}.")
         key = prng.check_key(key, owner="SQA.marginals")  # any key impl; threefry keys unchanged
         if model.causal:  # inactive spins decouple: sample each prefix bucket on its own spins
-            return by_prefix(lambda sub, k: self.marginals(sub, key=k), model, key)
+            return by_prefix(lambda sub, k: self.marginals(sub, key=k), model, key,
+                             spin_info=("frozen",) if self.mode == "thermal" else ())
         if self.beta is not None:
             model = eqx.tree_at(lambda m: m.beta, model, jnp.asarray(self.beta, model.dtype))
         h, J = model.masked_parameters()
@@ -497,10 +528,15 @@ class SQA(Engine):
                                    mode=self.mode, thermal_sweeps=self.thermal_sweeps, global_moves=self.global_moves)
         if self.mode == "thermal" and _concrete(info["converged"]) and not bool(jnp.all(info["converged"])):
             bad = int(jnp.sum(~info["converged"]))
+            frozen = int(jnp.sum(info.get("frozen", 0)))
+            stuck = (f" {frozen} spin(s) kept one value in every read and tail sweep (info['frozen']): reads that "
+                     "never moved are no evidence of convergence." if frozen else "")
+            rhats = np.asarray(info["rhat_energy"])
+            worst = float(np.nanmax(rhats)) if np.isfinite(rhats).any() or np.isinf(rhats).any() else float("nan")
             warnings.warn(
                 f"SQA thermal tail did not pass the split R-hat check for {bad} of {info['converged'].size} model(s) "
-                f"(max R-hat of the energy {float(jnp.nanmax(info['rhat_energy'])) if self.thermal_sweeps >= 4 else float('nan'):.3g} "
-                f"> {RHAT_THRESHOLD}; NaN means thermal_sweeps < 4). Samples may not follow exp(-βE) yet: raise "
+                f"(max R-hat of the energy {worst:.3g} > {RHAT_THRESHOLD}; NaN means thermal_sweeps < 4 or frozen "
+                f"reads).{stuck} Samples may not follow exp(-βE) yet: raise "
                 "thermal_sweeps or num_sweeps. info['converged'] flags the models.",
                 stacklevel=3,  # the caller of marginals (through equinox's bound-method wrapper)
             )

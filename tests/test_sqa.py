@@ -226,6 +226,41 @@ def test_engine_errors():
             SQA(**bad)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_frozen_reads_are_not_converged(dtype):
+    """|J| = 1e3 ferromagnet, small field: each read freezes in a phase at its first tail
+    sweep. With one read, its tail energy is one constant, which the split R-hat alone
+    scores 1 (converged) even when the phase is the wrong one (brute force: ⟨s⟩ = +0.995).
+    64 tail sweeps make the jitted mean exact, as in the case seen. Frozen spins flag it."""
+    n = 6
+    h, J = 0.5 * np.ones(n), 1e3 * (1 - np.eye(n))
+    ref = brute_force(h, J, 1.0)["mean"]
+    eng = SQA(num_reads=1, num_sweeps=200, thermal_sweeps=64)
+    model = IsingModel(jnp.asarray(h, dtype), jnp.asarray(J, dtype), 1.0)
+    for seed in range(3):
+        with pytest.warns(UserWarning, match="kept one value"):
+            out = eng.marginals(model, key=jax.random.PRNGKey(seed))
+        assert np.all(np.abs(np.asarray(out.mean)) == 1)  # one frozen read: ±1, not an estimate of ref
+        assert not bool(out.info["converged"]) and np.isnan(float(out.info["rhat_energy"]))
+        assert np.asarray(out.info["frozen"]).all()
+    assert np.all(ref > 0.99)
+
+
+@pytest.mark.parametrize("thermal_sweeps", [50, 64])
+def test_constant_energy_that_is_explained_is_converged(thermal_sweeps):
+    """No false alarm: spins pinned by |h| = 1e3 (brute force ⟨s⟩ = 1 to 1e-800) and a
+    zero model, whose reads move freely at one energy, are converged with R-hat 1
+    (before, 50 sweeps gave inf or 1 depending on how XLA rounded a mean of constants)."""
+    n = 5
+    for h, J in [(1e3 * np.ones(n), np.zeros((n, n))), (np.zeros(n), np.zeros((n, n)))]:
+        out = SQA(num_reads=8, num_sweeps=100, thermal_sweeps=thermal_sweeps).marginals(
+            IsingModel(jnp.asarray(h), jnp.asarray(J), 1.0), key=jax.random.PRNGKey(0))
+        assert bool(out.info["converged"]) and float(out.info["rhat_energy"]) == 1.0
+        assert not np.asarray(out.info["frozen"]).any()
+        if h[0]:
+            np.testing.assert_array_equal(out.mean, brute_force(h, J, 1.0)["mean"])
+
+
 def test_engine_warns_and_flags_an_unconverged_tail(monkeypatch):
     """The warning plumbing, with the sampler stubbed out (no compilation)."""
     import isingattn.inference.sqa as sqa_mod
