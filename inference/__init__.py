@@ -8,7 +8,9 @@ from isingattn.inference.banded import Banded
 from isingattn.inference.dimod_engine import DimodEngine
 from isingattn.inference.dqa import DQA, DQACalibrationWarning, DQARangeWarning, DQASampler, DQAWarning
 from isingattn.inference.exact import Exact
-from isingattn.inference.gibbs import Gibbs, IsingGibbsKernel, to_inference_data
+from isingattn.inference.arviz_export import to_inference_data
+from isingattn.inference.gibbs import Gibbs
+from isingattn.inference.gibbs_numpyro import IsingGibbsKernel
 from isingattn.inference.meanfield import MeanField, MeanFieldConvergenceWarning
 from isingattn.inference.sqa import SQA, SQASampler
 

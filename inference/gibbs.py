@@ -11,9 +11,10 @@ Three layers share ONE transition function, :func:`gibbs_sweep`:
   coupling graph (networkx), which makes a chain or a 2D lattice two parallel
   half-sweeps. The built-in ``numpyro.infer.DiscreteGibbs`` re-evaluates the whole
   potential per spin (``O(n³)`` per sweep); here a sweep costs ``O(n²)`` per model.
-* :class:`IsingGibbsKernel`: the kernel as a ``numpyro.infer.mcmc.MCMCKernel``, so
-  ``numpyro.infer.MCMC`` supplies chains, warmup, thinning, the progress bar,
-  ``get_samples`` and ``print_summary``, and ``az.from_numpyro`` works.
+* :class:`IsingGibbsKernel` (:mod:`~isingattn.inference.gibbs_numpyro`): the kernel as a
+  ``numpyro.infer.mcmc.MCMCKernel``, so ``numpyro.infer.MCMC`` supplies chains, warmup,
+  thinning, the progress bar, ``get_samples`` and ``print_summary``, and
+  ``az.from_numpyro`` works (:mod:`~isingattn.inference.arviz_export`).
 * :class:`Gibbs` (``inference.get("gibbs")``): the engine. One jitted loop over
   sweeps with the chains as a batch axis, for the whole model batch (every query of
   an attention layer at once). Same key => same chains as ``MCMC`` with
@@ -62,21 +63,14 @@ from jax import lax
 from isingattn import prng
 from isingattn import validate as V
 from isingattn.causal import by_prefix
-from isingattn.energy import energy, local_field, local_field_rows
+from isingattn.diagnostics import effective_sample_size, field_pinned, mcse, split_gelman_rubin
+from isingattn.diagnostics import is_constant as _is_constant
+from isingattn.energy import local_field, local_field_rows
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
-
-try:  # numpyro is a hard dependency; the import is kept local to the kernel class.
-    from numpyro.infer.mcmc import MCMCKernel
-    from numpyro.util import is_prng_key
-except ImportError:  # pragma: no cover
-    MCMCKernel = object
-
-    def is_prng_key(key):  # type: ignore[no-redef]
-        return True
 
 SCHEDULES = ("systematic", "colored")
 # Spins per block of the systematic scan (see gibbs_sweep). Measured on a 2-core CPU,
@@ -375,97 +369,6 @@ def schedule_classes(schedule: str, J, colors=None):
 
 
 # ---------------------------------------------------------------------------------
-# Diagnostics in JAX (ports of numpyro.diagnostics, which is numpy-only)
-# ---------------------------------------------------------------------------------
-
-
-def _chain_variance_stats(x):
-    C, N = x.shape[:2]
-    var_within = x.var(axis=1, ddof=1).mean(0)
-    var_estimator = var_within * (N - 1) / N
-    if C > 1:
-        var_estimator = var_estimator + x.mean(axis=1).var(axis=0, ddof=1)
-    else:
-        var_within = var_estimator
-    return var_within, var_estimator
-
-
-def _is_constant(x):
-    """``[...]``: every draw of every chain equal (tested exactly: under jit a variance
-    of constant draws can come out as ±1e-17 instead of 0)."""
-    return jnp.all(x == x[:1, :1], axis=(0, 1))
-
-
-def split_gelman_rubin(x, known=None):
-    """Split R-hat of ``x [C, N, ...]`` (chains, draws, ...) -> ``[...]``, in JAX.
-
-    Same estimator as ``numpyro.diagnostics.split_gelman_rubin``; usable under jit.
-    Needs ``N >= 4``. Where every draw of every chain is identical (zero variance) the
-    estimator is 0/0. ``known [...]`` (bool, broadcast) says where such a constant is
-    known exactly (e.g. a masked spin): there it returns 1; elsewhere NaN, since chains
-    that never moved say nothing about mixing. ``known=None`` treats every constant as
-    known (1).
-    """
-    x = jnp.asarray(x)
-    if x.ndim < 2 or x.shape[1] < 4:
-        raise IsingInputError(f"split R-hat needs x [chains, draws >= 4, ...]; got shape {x.shape}.")
-    const = _is_constant(x)
-    if known is not None:  # an unexplained constant: no R-hat (NaN fails every threshold)
-        return jnp.where(const & ~known, jnp.nan, split_gelman_rubin(x))
-    half = x.shape[1] // 2
-    x = jnp.concatenate([x[:, :half], x[:, -half:]], axis=0)
-    var_within, var_estimator = _chain_variance_stats(x)
-    rhat = jnp.sqrt(var_estimator / jnp.where(var_within > 0, var_within, 1.0))
-    return jnp.where(const, 1.0, jnp.where(var_within > 0, rhat, jnp.inf))
-
-
-def _fft_next_fast_len(target: int) -> int:
-    if target <= 2:
-        return target
-    while True:
-        m = target
-        for p in (2, 3, 5):
-            while m % p == 0:
-                m //= p
-        if m == 1:
-            return target
-        target += 1
-
-
-def effective_sample_size(x, known=None):
-    """ESS of ``x [C, N, ...]`` (chains, draws, ...) -> ``[...]``, in JAX.
-
-    Same estimator as ``numpyro.diagnostics.effective_sample_size`` (Geyer's
-    initial monotone sequence on the FFT autocovariance, Stan's multi-chain
-    ``rho``); usable under jit. Zero-variance quantities get ``C·N`` where ``known``
-    (as in :func:`split_gelman_rubin`; ``None``: everywhere) and NaN elsewhere.
-    """
-    x = jnp.asarray(x)
-    if x.ndim < 2 or x.shape[1] < 2:
-        raise IsingInputError(f"ESS needs x [chains, draws >= 2, ...]; got shape {x.shape}.")
-    if known is not None:
-        return jnp.where(_is_constant(x) & ~known, jnp.nan, effective_sample_size(x))
-    C, N = x.shape[:2]
-    xt = jnp.moveaxis(x, 1, -1)  # [C, ..., N]
-    c = xt - xt.mean(-1, keepdims=True)
-    M2 = 2 * _fft_next_fast_len(N)
-    f = jnp.fft.rfft(c, n=M2, axis=-1)
-    # Only the chain average of the autocovariances is used, and the inverse FFT is
-    # linear: average the power spectra first (one inverse FFT instead of C).
-    power = (jnp.real(f) ** 2 + jnp.imag(f) ** 2).mean(0)
-    gamma_mean = jnp.moveaxis(jnp.fft.irfft(power, n=M2, axis=-1)[..., :N] / N, -1, 0)  # [N, ...]
-    var_within, var_estimator = _chain_variance_stats(x)
-    const = _is_constant(x) | (var_estimator <= 0)
-    safe = jnp.where(const, 1.0, var_estimator)
-    rho = 1.0 - (var_within - gamma_mean) / safe  # [N, ...]
-    rho = rho.at[0].set(1.0)
-    Rho = rho[:-1:2] + rho[1::2]
-    Rho = jnp.concatenate([Rho[:1], lax.cummin(jnp.clip(Rho[1:], 0, None), axis=0)], axis=0)
-    tau = -1.0 + 2.0 * Rho.sum(0)
-    return jnp.where(const, float(C * N), C * N / tau)
-
-
-# ---------------------------------------------------------------------------------
 # Chains (shared by the engine and the MCMC kernel)
 # ---------------------------------------------------------------------------------
 
@@ -560,96 +463,6 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     draws = jnp.moveaxis(jax.vmap(bwd)(draws), 0, 1)  # [C, D, *batch, n]
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
     return draws, 0.5 * bwd(flips).sum(-1) / active_count / (D * thin)
-
-
-# ---------------------------------------------------------------------------------
-# NumPyro kernel
-# ---------------------------------------------------------------------------------
-
-
-class IsingMCMCState(NamedTuple):
-    """State of :class:`IsingGibbsKernel` (one chain, or ``[C, ...]`` when vectorized).
-
-    z: spins ``[*batch, n]`` (the ``sample_field``); energy: ``E(z)`` ``[*batch]``;
-    flip_rate: of the last sweep ``[*batch]``; rng_key: the chain's key.
-    ``energy`` and ``flip_rate`` can be collected with ``MCMC.run(..., extra_fields=("energy", "flip_rate"))``.
-    """
-
-    z: jax.Array
-    energy: jax.Array
-    flip_rate: jax.Array
-    rng_key: jax.Array
-
-
-class IsingGibbsKernel(MCMCKernel):
-    """The heat-bath Gibbs sweep as a ``numpyro.infer.mcmc.MCMCKernel``.
-
-    ::
-
-        kernel = IsingGibbsKernel(model, schedule="colored")
-        mcmc = MCMC(kernel, num_warmup=200, num_samples=500, num_chains=4, chain_method="vectorized")
-        mcmc.run(jax.random.key(0))
-        mcmc.get_samples()["s"]     # [chains * draws, *batch, n]
-        mcmc.print_summary(); az.from_numpyro(mcmc)
-
-    One MCMC step is one full sweep. Samples are reported as the site ``site``
-    (default ``"s"``). Works with every ``chain_method``; with ``"vectorized"``
-    the chains are vmapped over their own keys, exactly as the :class:`Gibbs`
-    engine runs them (same key => same samples). ``init_params`` (optional) are
-    initial spins ``[*batch, n]`` (``[C, *batch, n]`` for several chains).
-    """
-
-    model = None  # not a NumPyro model: az.from_numpyro reads sampler.model and must find None
-    sample_field = "z"
-
-    def __init__(self, ising_model: IsingModel, schedule: str = "systematic", colors=None, site: str = "s"):
-        if not isinstance(ising_model, IsingModel):
-            raise IsingInputError(f"IsingGibbsKernel needs an IsingModel; got {type(ising_model).__name__}.")
-        self.ising_model = ising_model
-        self.schedule = schedule
-        self.site = site
-        self._classes = schedule_classes(schedule, ising_model.J, colors)
-
-    @property
-    def default_fields(self):
-        return ("z",)
-
-    def _shape(self):
-        return tuple(self.ising_model.batch_shape) + (self.ising_model.n,)
-
-    def _init_one(self, key, init):
-        m = self.ising_model
-        key = prng.check_key(key, owner="IsingGibbsKernel")  # any key impl; threefry keys unchanged
-        state, k = _chain_init(key, self._shape(), m.active(), m.dtype)
-        if init is not None:
-            s = jnp.broadcast_to(jnp.asarray(init, m.dtype), self._shape())
-            s = jnp.where(s >= 0, 1.0, -1.0).astype(m.dtype)  # any sign pattern; 0 counts as +1
-            act = m.active()
-            state = GibbsState(s if act is None else jnp.where(act, s, 0.0))
-        return IsingMCMCState(state.spins, energy(m.h, m.J, state.spins), jnp.zeros(self._shape()[:-1], m.dtype), k)
-
-    def _sample_one(self, state: IsingMCMCState) -> IsingMCMCState:
-        m = self.ising_model
-        new, k, info = _chain_step(GibbsState(state.z), state.rng_key, m.h, m.J, m.beta, self._classes)
-        return IsingMCMCState(new.spins, energy(m.h, m.J, new.spins), info.flip_rate, k)
-
-    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        if is_prng_key(rng_key):
-            return self._init_one(rng_key, init_params)
-        # chain_method="vectorized": a batch of keys, one per chain
-        return jax.vmap(self._init_one, in_axes=(0, None if init_params is None else 0))(rng_key, init_params)
-
-    def sample(self, state, model_args, model_kwargs):
-        if is_prng_key(state.rng_key):
-            return self._sample_one(state)
-        return jax.vmap(self._sample_one)(state)
-
-    def postprocess_fn(self, model_args, model_kwargs):
-        site = self.site
-        return lambda z: {site: z}
-
-    def get_diagnostics_str(self, state):
-        return f"flip rate {float(jnp.mean(state.flip_rate)):.3f}"
 
 
 # ---------------------------------------------------------------------------------
@@ -772,18 +585,14 @@ class Gibbs(Engine):
 
 def _known_spins(model: IsingModel, h, J, beta, draws, num_draws: int):
     """``[*batch, n]``: spins whose constant draws are the right answer without any
-    mixing: inactive spins (held at 0), and spins pinned by their own field, where
-    ``|h_i| > Σ_k |J_ik|`` so strongly that ``P(s_i ≠ sign h_i) ≤ (1 - tanh(β(|h_i| -
-    Σ_k |J_ik|))) / 2 ≤ 1 / (2·num_draws)`` in every state of the rest, and every draw
-    has ``s_i = sign h_i``. Any other spin that never changed is frozen: its chains
-    did not move, so they are no evidence of convergence."""
+    mixing: inactive spins (held at 0), and spins pinned by their own field
+    (:func:`isingattn.diagnostics.field_pinned`) whose draws have the sign of ``h``. Any
+    other spin that never changed is frozen: its chains did not move, so they are no
+    evidence of convergence."""
     batch_n = draws.shape[2:]
     act = model.active()
     inactive = jnp.zeros(batch_n, bool) if act is None else ~jnp.broadcast_to(act, batch_n)
-    coupling = (jnp.sum(jnp.abs(J), axis=-1) if act is None  # inactive spins (0) exert no field
-                else jnp.einsum("...ik,...k->...i", jnp.abs(J), act.astype(J.dtype)))
-    margin = jnp.abs(h) - coupling
-    pinned = (margin > 0) & (1 - jnp.tanh(beta * margin) <= 1.0 / num_draws)
+    pinned = field_pinned(h, J, beta, num_draws, act)
     right_sign = draws[0, 0] * jnp.sign(h) > 0
     return inactive | (jnp.broadcast_to(pinned, batch_n) & right_sign)
 
@@ -805,11 +614,10 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
         known = _known_spins(model, h, J, beta, draws, C * D)  # [*batch, n]
         rhat = split_gelman_rubin(draws, known)  # [*batch, n]; NaN for a frozen spin
         ess = effective_sample_size(draws, known)
-        var = draws.reshape((C * D,) + draws.shape[2:]).var(0)
         info.update(
             r_hat=rhat.astype(dtype),
             ess=ess.astype(dtype),
-            mcse=jnp.sqrt(var / ess).astype(dtype),
+            mcse=mcse(draws, ess).astype(dtype),
             frozen=_is_constant(draws) & ~known,
             converged=jnp.all(rhat < rhat_threshold, axis=-1),  # NaN (frozen) counts as not converged
         )
@@ -817,49 +625,14 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell)
 
 
-# ---------------------------------------------------------------------------------
-# ArviZ export
-# ---------------------------------------------------------------------------------
+# The interop layers import this module, so they are re-exported on first access
+# (PEP 562) rather than imported here, which would be a cycle.
+_INTEROP = {"IsingGibbsKernel": "gibbs_numpyro", "IsingMCMCState": "gibbs_numpyro", "to_inference_data": "arviz_export"}
 
 
-def to_inference_data(result, *, num_chains: Optional[int] = None, site: str = "s", batch_dims=None):
-    """An ``arviz.InferenceData`` of Gibbs samples, so ``az.summary`` gives R-hat and ESS.
+def __getattr__(name):
+    if name in _INTEROP:
+        import importlib
 
-    ``result`` is either a ``numpyro.infer.MCMC`` run with :class:`IsingGibbsKernel`
-    (converted with ``az.from_numpyro``; collected extra fields become
-    ``sample_stats``) or the ``Marginals`` of the :class:`Gibbs` engine (its
-    ``samples [*batch, chains*draws, n]`` are regrouped by chain; ``num_chains``
-    defaults to ``info["flip_rate"].shape[-1]``). The posterior variable ``site``
-    has dims ``(chain, draw, *batch_dims, "spin")``; ``batch_dims`` defaults to
-    ``batch_0, batch_1, ...``.
-    """
-    import arviz as az
-    from numpyro.infer import MCMC
-
-    if isinstance(result, MCMC):
-        if not isinstance(result.sampler, IsingGibbsKernel):
-            raise IsingInputError(
-                f"to_inference_data expects an MCMC run with IsingGibbsKernel; got sampler {type(result.sampler).__name__}. "
-                "For other kernels call az.from_numpyro directly."
-            )
-        r = len(result.sampler.ising_model.batch_shape)
-        dims = list(batch_dims) if batch_dims is not None else [f"batch_{i}" for i in range(r)]
-        return az.from_numpyro(result, dims={result.sampler.site: dims + ["spin"]})
-    if isinstance(result, Marginals):
-        if result.samples is None:
-            raise IsingInputError("to_inference_data needs Marginals with samples (from a sampling engine such as Gibbs).")
-        if num_chains is None:
-            if "flip_rate" not in result.info:
-                raise IsingInputError("to_inference_data: pass num_chains= (these Marginals do not come from Gibbs).")
-            num_chains = result.info["flip_rate"].shape[-1]
-        s = np.asarray(result.samples)
-        *batch, S, n = s.shape
-        if S % num_chains:
-            raise IsingInputError(f"{S} samples do not split into num_chains = {num_chains} equal chains.")
-        s = s.reshape(tuple(batch) + (num_chains, S // num_chains, n))
-        s = np.moveaxis(s, (-3, -2), (0, 1))  # [C, D, *batch, n]
-        dims = list(batch_dims) if batch_dims is not None else [f"batch_{i}" for i in range(len(batch))]
-        return az.from_dict(posterior={site: s}, dims={site: dims + ["spin"]})
-    raise IsingInputError(
-        f"to_inference_data expects a numpyro MCMC (with IsingGibbsKernel) or Gibbs Marginals; got {type(result).__name__}."
-    )
+        return getattr(importlib.import_module(f"isingattn.inference.{_INTEROP[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -72,6 +72,7 @@ from jax import lax
 from isingattn import prng
 from isingattn import validate as V
 from isingattn.causal import by_prefix
+from isingattn.diagnostics import field_pinned, split_gelman_rubin
 from isingattn.energy import energy, local_field_rows
 from isingattn.energy import local_field as energy_local_field
 from isingattn.engine import Engine, register
@@ -329,33 +330,12 @@ def check_config(*, num_sweeps, trotter, gamma_schedule, mode, num_reads, therma
     _check_schedule(gamma_schedule)
 
 
-def _split_rhat(x):
-    """Split-chain R-hat of ``x [R, T, ...]`` (reads as chains) -> ``[...]``; NaN if ``T < 4``."""
-    R, T = x.shape[:2]
-    if T < 4:
-        return jnp.full(x.shape[2:], jnp.nan, x.dtype)
-    L = T // 2
-    c = jnp.concatenate([x[:, :L], x[:, T - L :]], axis=0)  # [2R, L, ...]
-    W = jnp.mean(jnp.var(c, axis=1, ddof=1), axis=0)
-    B_over_L = jnp.var(jnp.mean(c, axis=1), axis=0, ddof=1)
-    var_plus = (L - 1) / L * W + B_over_L
-    # all chains constant and equal: perfectly "mixed" for this statistic. Tested exactly
-    # (max == min): under jit a rounded mean can leave var_plus ~1e-30, giving inf or 1 by chance.
-    return jnp.where(_constant(x), 1.0, jnp.sqrt(var_plus / jnp.where(W == 0, 0.0, W)))
-
-
-def _constant(x):
-    """``x [R, T, ...]`` -> ``[...]``: one value in every read and sweep (compared exactly)."""
-    return jnp.max(x, axis=(0, 1)) == jnp.min(x, axis=(0, 1))
-
-
 def _frozen_spins(h, J, beta, up, down, num_draws: int):
     """``[..., n]``: spins that took one value in every read and tail sweep (``up``/``down``:
-    ever +1 / ever -1), other than spins pinned by their own field (``|h_i| - Σ_k |J_ik|``
-    large enough that ``1 - tanh(β·margin) ≤ 1 / num_draws``, holding ``sign h_i``), whose
-    constant value is the right answer without mixing (the rule of Gibbs' ``_known_spins``)."""
-    margin = jnp.abs(h) - jnp.sum(jnp.abs(J), axis=-1)
-    pinned = (margin > 0) & (1 - jnp.tanh(beta * margin) <= 1.0 / num_draws)
+    ever +1 / ever -1), other than spins pinned by their own field
+    (:func:`isingattn.diagnostics.field_pinned`) holding ``sign h_i``, whose constant value
+    is the right answer without mixing (the rule of Gibbs' ``_known_spins``)."""
+    pinned = field_pinned(h, J, beta, num_draws)
     right = jnp.where(up, 1.0, -1.0) * jnp.sign(h) > 0
     return (up != down) & ~(pinned & right)
 
@@ -432,7 +412,8 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
             up, down = (jnp.moveaxis(jnp.any(x, axis=0), 0, -1) for x in (up, down))  # [T, n, ...] -> [..., n]
             frozen = _frozen_spins(h, J, beta, up, down, R * thermal_sweeps)
             Etrace = jnp.swapaxes(Etrace[..., 0], 0, 1)  # [T, R, ...] -> [R, T, ...]
-            rhat = jnp.where(_constant(Etrace) & jnp.any(frozen, axis=-1), jnp.nan, _split_rhat(Etrace))
+            # a constant energy is known to be mixed only when no spin is frozen
+            rhat = split_gelman_rubin(Etrace, known=~jnp.any(frozen, axis=-1))
         else:
             rhat = jnp.full(batch, jnp.nan, dt)
             frozen = jnp.zeros(batch + (n,), bool)
