@@ -90,11 +90,9 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from typing import Any, Callable, Optional, Union
 
-import dimod
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -106,6 +104,7 @@ from isingattn.energy import coupling_energy, field_energy
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError, TooManySpinsError
 from isingattn.fluctuation import sample_marginals
+from isingattn.inference.dimod_sampler import IsingSampler, check_beta
 from isingattn.inference.pseudolikelihood import PLFit, pseudo_likelihood_beta
 from isingattn.inference.exact import spin_table
 from isingattn.marginals import Marginals
@@ -684,7 +683,7 @@ _SAMPLER_DEFAULTS = dict(num_reads=1, tau=12.0, num_steps=32, schedule="linear",
                          calibrate=None, calibration_steps=3, calibrate_from="state")
 
 
-class DQASampler(dimod.Sampler):
+class DQASampler(IsingSampler):
     """Digitized diabatic quantum annealing (the algorithm of :class:`DQA`) as a
     ``dimod.Sampler``.
 
@@ -709,17 +708,12 @@ class DQASampler(dimod.Sampler):
     compilation per problem size and parameter set.
     """
 
-    def __init__(self, **defaults):
-        unknown = set(defaults) - set(_SAMPLER_DEFAULTS)
-        if unknown:
-            raise IsingInputError(f"unknown DQASampler parameter(s) {sorted(unknown)}; known: {sorted(_SAMPLER_DEFAULTS)}.")
-        self._defaults = {**_SAMPLER_DEFAULTS, **defaults}
-        self._engine(self._defaults)  # validate
+    DEFAULTS = _SAMPLER_DEFAULTS
 
-    @staticmethod
-    def _engine(p) -> DQA:
+    def _check(self, p) -> DQA:
         # checked here so that the message names the sampler's parameters (DQA calls num_reads
         # num_shots); NumPy scalars become Python numbers (DQA keeps its settings static)
+        check_beta(p["beta"], optional=True)
         own = "DQASampler"
         calibrate = p["beta"] is not None if p["calibrate"] is None else boolean("calibrate", p["calibrate"], owner=own)
         if calibrate and p["beta"] is None:
@@ -731,45 +725,19 @@ class DQASampler(dimod.Sampler):
                    calibration_steps=nonneg_int("calibration_steps", p["calibration_steps"], owner=own),
                    calibrate_from=p["calibrate_from"])
 
-    @property
-    def parameters(self) -> dict:
-        return {name: [] for name in list(_SAMPLER_DEFAULTS) + ["seed"]}
+    def _properties(self) -> dict:
+        return {"max_num_variables": MAX_N, "schedules": SCHEDULES + ("callable",), "orders": (1, 2)}
 
-    @property
-    def properties(self) -> dict:
-        return {"max_num_variables": MAX_N, "schedules": SCHEDULES + ("callable",), "orders": (1, 2),
-                "default_parameters": dict(self._defaults)}
+    def _info(self, p, engine: DQA) -> dict:
+        return {"tau": float(p["tau"]), "num_steps": int(p["num_steps"]), "order": int(p["order"]), "beta": p["beta"],
+                "calibrate": engine.calibrate}
 
-    def sample(self, bqm, **parameters):
-        """Sample a ``dimod.BinaryQuadraticModel``; returns a ``dimod.SampleSet`` with
-        ``num_reads`` rows (not aggregated), energies from ``bqm`` and its vartype."""
-        parameters = self.remove_unknown_kwargs(**parameters)
-        seed = parameters.pop("seed", None)
-        p = {**self._defaults, **{k: v for k, v in parameters.items() if v is not None}}
-        beta = p["beta"]
-        if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float, np.floating, np.integer))
-                                 or not (np.isfinite(beta) and beta > 0)):
-            raise IsingInputError(f"beta must be None or a finite positive number; got {beta!r}.")
-        engine = self._engine(p)
-        if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-            raise IsingInputError(f"seed must be None or an int in [0, 2**32); got {seed!r}.")
-        seed = int(seed)
-        R = p["num_reads"]
-        info = {"seed": seed, "tau": float(p["tau"]), "num_steps": int(p["num_steps"]), "order": int(p["order"]),
-                "beta": beta, "calibrate": engine.calibrate}
-        variables = list(bqm.variables)
-        if not variables:
-            return dimod.SampleSet.from_samples_bqm((np.empty((R, 0), np.int8), []), bqm, info=info)
-        if len(variables) > MAX_N:
+    def _sample(self, bqm, p, engine: DQA, seed):
+        if len(bqm.variables) > MAX_N:
             raise TooManySpinsError(
                 f"DQASampler simulates a 2^n statevector and is limited to {MAX_N} variables; this BQM has "
-                f"{len(variables)}. Use SQASampler or a classical sampler for larger problems.")
+                f"{len(bqm.variables)}. Use SQASampler or a classical sampler for larger problems.")
+        beta = p["beta"]
         model = IsingModel.from_bqm(bqm, beta=1.0 if beta is None else beta)  # SPIN view, h = -linear, J = -quadratic
         samples, _, run_info = engine.run(model, key=jax.random.PRNGKey(seed))
-        s = np.asarray(samples).astype(np.int8)
-        if bqm.vartype is dimod.BINARY:
-            s = (s + 1) // 2
-        info.update({k: np.asarray(v).item() for k, v in run_info.items()})
-        return dimod.SampleSet.from_samples_bqm((s, list(model.labels)), bqm, info=info)
+        return samples, model.labels, {k: np.asarray(v).item() for k, v in run_info.items()}

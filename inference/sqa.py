@@ -58,7 +58,6 @@ Measured against openjij's C++ SQASampler (one thread) in benchmarks/sqa_grounds
 
 from __future__ import annotations
 
-import os
 import warnings
 from functools import partial
 from typing import NamedTuple, Optional
@@ -78,6 +77,7 @@ from isingattn.energy import local_field as energy_local_field
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
+from isingattn.inference.dimod_sampler import IsingSampler, check_beta
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
@@ -526,19 +526,11 @@ class SQA(Engine):
 
 # ---- the dimod sampler -----------------------------------------------------------------------
 
-try:
-    import dimod as _dimod
-
-    _SamplerBase = _dimod.Sampler
-except ImportError:  # dimod is a core dependency; keep the engine importable without it anyway
-    _dimod = None
-    _SamplerBase = object
-
 _SAMPLER_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=("linear", 3.0, 0.01), beta=1.0,
                          mode="thermal", thermal_sweeps=100, global_moves=True)
 
 
-class SQASampler(_SamplerBase):
+class SQASampler(IsingSampler):
     """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`SQA`).
 
     ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
@@ -561,45 +553,21 @@ class SQASampler(_SamplerBase):
     compilation per problem size and parameter set.
     """
 
-    def __init__(self, **defaults):
-        unknown = set(defaults) - set(_SAMPLER_DEFAULTS)
-        if unknown:
-            raise IsingInputError(f"unknown SQASampler parameter(s) {sorted(unknown)}; known: {sorted(_SAMPLER_DEFAULTS)}.")
-        self._defaults = {**_SAMPLER_DEFAULTS, **defaults}
-        cfg = self._defaults
-        check_config(num_sweeps=cfg["num_sweeps"], trotter=cfg["trotter"], gamma_schedule=cfg["gamma_schedule"],
-                     mode=cfg["mode"], num_reads=cfg["num_reads"], thermal_sweeps=cfg["thermal_sweeps"])
+    DEFAULTS = _SAMPLER_DEFAULTS
 
-    @property
-    def parameters(self) -> dict:
-        return {name: [] for name in list(_SAMPLER_DEFAULTS) + ["seed"]}
-
-    @property
-    def properties(self) -> dict:
-        return {"modes": MODES, "gamma_schedules": SCHEDULES, "default_parameters": dict(self._defaults)}
-
-    def sample(self, bqm, **parameters):
-        """Sample a ``dimod.BinaryQuadraticModel``; returns a ``dimod.SampleSet`` with
-        ``num_reads`` rows (not aggregated), energies from ``bqm`` and its vartype."""
-        parameters = self.remove_unknown_kwargs(**parameters)
-        seed = parameters.pop("seed", None)
-        p = {**self._defaults, **{k: v for k, v in parameters.items() if v is not None}}
+    def _check(self, p):
         check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=p["gamma_schedule"],
                      mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
-        beta = p["beta"]
-        if isinstance(beta, bool) or not isinstance(beta, (int, float, np.floating, np.integer)) or not (np.isfinite(beta) and beta > 0):
-            raise IsingInputError(f"beta must be a finite positive number; got {beta!r}.")
-        if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-            raise IsingInputError(f"seed must be None or an int in [0, 2**32); got {seed!r}.")
-        seed = int(seed)
-        variables = list(bqm.variables)
-        info = {"seed": seed, "beta": float(beta), "mode": p["mode"], "trotter": p["trotter"],
-                "num_sweeps": p["num_sweeps"], "gamma_schedule": tuple(p["gamma_schedule"])}
-        R = p["num_reads"]
-        if not variables:
-            return _dimod.SampleSet.from_samples_bqm((np.empty((R, 0), np.int8), []), bqm, info=info)
+        check_beta(p["beta"])
+
+    def _properties(self) -> dict:
+        return {"modes": MODES, "gamma_schedules": SCHEDULES}
+
+    def _info(self, p, plan) -> dict:
+        return {"beta": float(p["beta"]), "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
+                "gamma_schedule": tuple(p["gamma_schedule"])}
+
+    def _sample(self, bqm, p, plan, seed):
         model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
         n = model.n
         # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
@@ -607,13 +575,10 @@ class SQASampler(_SamplerBase):
         m = -(-n // PAD_TO) * PAD_TO
         h = jnp.pad(model.h, (0, m - n))
         J = jnp.pad(model.J, ((0, m - n), (0, m - n)))
-        samples, run_info = sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(beta, model.dtype),
-                                       num_reads=R, trotter=p["trotter"], num_sweeps=p["num_sweeps"],
+        samples, run_info = sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(p["beta"], model.dtype),
+                                       num_reads=p["num_reads"], trotter=p["trotter"], num_sweeps=p["num_sweeps"],
                                        gamma_schedule=tuple(p["gamma_schedule"]), mode=p["mode"],
                                        thermal_sweeps=p["thermal_sweeps"], global_moves=bool(p["global_moves"]))
-        s = np.asarray(samples)[:, :n].astype(np.int8)
-        if bqm.vartype is _dimod.BINARY:
-            s = (s + 1) // 2
         # acceptance rates count the padding spins too; energies come from the BQM itself
-        info.update({k: np.asarray(v) for k, v in run_info.items() if k != "energy"})
-        return _dimod.SampleSet.from_samples_bqm((s, [v for v in model.labels]), bqm, info=info)
+        info = {k: np.asarray(v) for k, v in run_info.items() if k != "energy"}
+        return np.asarray(samples)[:, :n], model.labels, info
