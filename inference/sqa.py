@@ -73,7 +73,6 @@ from isingattn import validate as V
 from isingattn.causal import by_prefix
 from isingattn.diagnostics import field_pinned, split_gelman_rubin
 from isingattn.energy import energy, local_field_rows
-from isingattn.energy import local_field as energy_local_field
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
@@ -96,11 +95,11 @@ class SQAState(NamedTuple):
     """State of the Trotter ring.
 
     spins: ``[..., P, n]`` in {-1, +1}; axis -2 is the replica index ``k`` (periodic).
-    field: ``[..., P, n]`` local fields ``F^k = h + J s^k`` of every replica.
+    A sweep computes the local fields it needs from the spins (exactly, per block), so
+    the state holds no fields.
     """
 
     spins: jax.Array
-    field: jax.Array
 
 
 class SQAInfo(NamedTuple):
@@ -125,14 +124,9 @@ def trotter_coupling(beta, gamma, P: int):
     return 0.5 * (jnp.log1p(e) - jnp.log(-jnp.expm1(-2.0 * x)))
 
 
-def local_field(spins, h, J):
-    """``F = h + J s`` for spins ``[..., P, n]``; h ``[..., n]``, J ``[..., n, n]`` broadcast."""
-    return energy_local_field(h[..., None, :], J[..., None, :, :], spins)
-
-
-def sqa_init(spins, h, J) -> SQAState:
+def sqa_init(spins) -> SQAState:
     """State from spins ``[..., P, n]`` (a single classical configuration: ``P = 1``)."""
-    return SQAState(spins=spins, field=local_field(spins, h, J))
+    return SQAState(spins=spins)
 
 
 def _ring_colours(P: int):
@@ -246,7 +240,7 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
     Args:
         key: PRNG key (one for the whole state: every spin, replica and batch element
             draws its own uniform from it).
-        state: :class:`SQAState` with spins and fields ``[..., P, n]``.
+        state: :class:`SQAState` with spins ``[..., P, n]``.
         h: fields ``[..., n]``; J: symmetric zero-diagonal couplings ``[..., n, n]``
             (both broadcast against the state's batch).
         beta: inverse temperature (scalar); gamma: transverse field Γ ≥ 0 (scalar).
@@ -255,9 +249,7 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
         global_moves: also propose flipping spin ``i`` in every replica.
 
     Returns:
-        ``(new_state, SQAInfo)``; the new state's fields are recomputed exactly from its
-        spins (the sweep itself does not read ``state.field``). Pure: the same key gives
-        the same result.
+        ``(new_state, SQAInfo)``. Pure: the same key gives the same result.
     """
     spins = state.spins
     n = spins.shape[-1]
@@ -276,7 +268,7 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
     s_t, acc_s, acc_g = _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves)
     spins = jnp.moveaxis(s_t, (0, 1), (-1, -2))
     info = SQAInfo(acceptance_single=acc_s.sum(0) / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
-    return sqa_init(spins, h, J), info
+    return sqa_init(spins), info
 
 
 def _ring_constants(beta, gamma, P: int, dt):
@@ -395,7 +387,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     k_init, k_anneal, k_tail = jax.random.split(key, 3)
     spins = jnp.where(prng.uniform(k_init, (n, P, R) + batch, dt) < 0.5, -1.0, 1.0).astype(dt)
     s_t, (acc_s, acc_g, _, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
-    state = SQAState(from_t(s_t), None)
+    state = SQAState(from_t(s_t))
     info = {"acceptance_single": acc_s.mean((0, 1)), "acceptance_global": acc_g.mean((0, 1))}
     if mode == "anneal":
         E = energy(h[..., None, :], J[..., None, :, :], state.spins)  # [R, ..., P]

@@ -82,7 +82,7 @@ def _fixed_gamma_chains(key, h, J, beta, gamma, *, P, reads, sweeps, global_move
         st, info = sqa_sweep(jax.random.fold_in(k1, t), st, h, J, beta, gamma, P, global_moves=global_moves)
         return st, info.acceptance_global.mean()
 
-    st, accg = jax.lax.scan(body, sqa_init(spins, h, J), jnp.arange(sweeps))
+    st, accg = jax.lax.scan(body, sqa_init(spins), jnp.arange(sweeps))
     return st, accg
 
 
@@ -94,8 +94,6 @@ def test_kernel_samples_the_trotter_weight(P, global_moves):
     st, accg = _fixed_gamma_chains(jax.random.PRNGKey(P), jnp.asarray(h), jnp.asarray(J), beta, gamma,
                                    P=P, reads=reads, sweeps=60, global_moves=global_moves)
     s = np.asarray(st.spins)  # [R, P, n]: final states of independent chains
-    # the incrementally updated fields still equal h + J s
-    np.testing.assert_allclose(st.field, h + s @ J, atol=1e-9)
     assert (float(accg[-1]) > 0) == global_moves
     ref = trotter_reference(h, J, beta, gamma, P)
     assert_within_4se(s.mean(1), ref["m"], "replica magnetization")
