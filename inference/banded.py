@@ -46,8 +46,9 @@ from jax import lax
 from isingattn import validate as V
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
-from isingattn.inference.exact import LOST_MASS_TOL, spin_table
-from isingattn.marginals import Marginals
+from isingattn.energy import spin_table
+from isingattn.inference.exact import LOST_MASS_TOL
+from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel, _is_traced
 
 MAX_BANDWIDTH = 20  # 2^w states per query and step
@@ -116,7 +117,6 @@ class Banded(Engine):
 @eqx.filter_jit
 def _marginals(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> Marginals:
     h, J, beta = model.h, model.J, model.beta
-    n = model.n
     J = eqx.error_if(J, band_violation(J, w) > w, _band_message(w))
     act = model.active()  # [..., n] bool or None
     user_mask = model.mask
@@ -135,12 +135,7 @@ def _marginals(model: IsingModel, w: int, want_corr: bool, blocked: bool = True)
         mean, log_z, stable = mean_fn(h)
     corr = None
     if want_corr:
-        # <s_j s_k> = (1/β) ∂m_j/∂h_k + m_j m_k (models are independent, so one jvp per
-        # spin k perturbs h_k of the whole batch at once).
-        hb = jnp.broadcast_to(h, mean.shape)
-        eye = jnp.eye(n, dtype=hb.dtype)
-        dm = jax.vmap(lambda e: jax.jvp(lambda x: mean_fn(x)[0], (hb,), (jnp.broadcast_to(e, hb.shape),))[1])(eye)
-        corr = jnp.moveaxis(dm, 0, -1) / beta + mean[..., :, None] * mean[..., None, :]
+        corr = linear_response_corr(lambda x: mean_fn(x)[0], jnp.broadcast_to(h, mean.shape), mean, beta)
         if act is not None:
             a = act.astype(corr.dtype)
             corr = corr * a[..., :, None] * a[..., None, :]

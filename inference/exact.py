@@ -40,20 +40,13 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from isingattn import validate as V
 from isingattn.causal import by_prefix
-from isingattn.energy import cross_energy, energy
+from isingattn.energy import cross_energy, energy, spin_table  # noqa: F401  (spin_table: re-exported)
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, TooManySpinsError
-from isingattn.marginals import Marginals
+from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel
 
 LOST_MASS_TOL = 1e-7  # relative mass the fast path may lose to underflow
-
-
-def spin_table(n: int, dtype) -> jax.Array:
-    """All ``2^n`` configurations as a ``[2^n, n]`` table of ±1 (row 0 is all +1)."""
-    c = jnp.arange(2**n, dtype=jnp.int32)[:, None]
-    bits = (c >> jnp.arange(n - 1, -1, -1, dtype=jnp.int32)) & 1
-    return (1 - 2 * bits).astype(dtype)
 
 
 def _safe_log(x):
@@ -141,12 +134,7 @@ def _solve_model(h, J, beta, mask, want_corr: bool, mesh: Optional[Mesh] = None)
     mean, log_z, stable = mean_fn(hg)
     corr = None
     if want_corr:
-        # <s_j s_k> = (1/β) ∂m_j/∂h_k + m_j m_k; queries are independent, so one jvp per
-        # spin index k (perturbing h_k of every query at once) gives all covariances.
-        eye = jnp.eye(n, dtype=hg.dtype)
-        dm = jax.vmap(lambda e: jax.jvp(lambda x: mean_fn(x)[0], (hg,), (jnp.broadcast_to(e, hg.shape),))[1])(eye)
-        cov = jnp.moveaxis(dm, 0, -1) / beta  # [G, Q, n(j), n(k)]
-        corr = cov + mean[..., :, None] * mean[..., None, :]
+        corr = linear_response_corr(lambda x: mean_fn(x)[0], hg, mean, beta)  # [G, Q, n(j), n(k)]
 
     inv = [perm.index(i) for i in range(r)]
     tb = tuple(batch[i] for i in perm)

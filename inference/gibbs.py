@@ -70,7 +70,7 @@ from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
-from isingattn.model import IsingModel
+from isingattn.model import IsingModel, _is_traced
 
 SCHEDULES = ("systematic", "colored")
 # Spins per block of the systematic scan (see gibbs_sweep). Measured on a 2-core CPU,
@@ -330,7 +330,7 @@ def _check_classes(classes, n: int, J=None) -> tuple:
             f"colors must partition the spins 0..{n - 1} into non-empty classes (each spin exactly once); got {classes}. "
             "Use inference.gibbs.color_classes(J) to compute them."
         )
-    if J is not None and not isinstance(J, jax.core.Tracer):
+    if J is not None and not _is_traced(J):
         nz = np.any(np.asarray(J).reshape(-1, n, n) != 0, axis=0)
         for c in classes:
             sub = nz[np.ix_(c, c)]
@@ -356,7 +356,7 @@ def schedule_classes(schedule: str, J, colors=None):
         return None
     if colors is not None:
         return _check_classes(colors, n, J)
-    if isinstance(J, jax.core.Tracer):
+    if _is_traced(J):
         warnings.warn(
             "Gibbs(schedule='colored'): J is traced (inside jit/grad), so its sparsity pattern cannot be read; "
             "falling back to the systematic scan. Pass colors=inference.gibbs.color_classes(J_structure) to Gibbs "

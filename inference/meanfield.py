@@ -52,7 +52,7 @@ from jax import lax
 from isingattn import validate as V
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
-from isingattn.marginals import Marginals
+from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel
 
 METHODS = ("naive", "tap", "bp")
@@ -193,10 +193,7 @@ class MeanField(Engine):
         def mean_of(hh):
             return plain._solve(_with_h(model, hh)).mean
 
-        eye = jnp.eye(n, dtype=h.dtype)
-        dm = jax.vmap(lambda e: jax.jvp(mean_of, (h,), (jnp.broadcast_to(e, h.shape),))[1])(eye)  # [n(k), ..., n(j)]
-        cov = jnp.moveaxis(dm, 0, -1) / model.beta  # [..., n(j), n(k)]
-        return cov + mean[..., :, None] * mean[..., None, :]
+        return linear_response_corr(mean_of, h, mean, model.beta)
 
 
 def _with_h(model: IsingModel, h):

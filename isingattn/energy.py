@@ -4,12 +4,13 @@ Convention (DESIGN.md §1): ``E(s) = -Σ_j h_j s_j - Σ_{j<k} J_jk s_j s_k`` wit
 stored full, symmetric and zero on the diagonal, so the pair sum is ``½ sᵀ J s``.
 
 Each term broadcasts on its own: evaluating a table of ``2^n`` configurations
-against ``Q`` field vectors costs ``O(Q 2^n n)`` for the fields but only
-``O(2^n n²)`` for a shared ``J``.
+(:func:`spin_table`) against ``Q`` field vectors costs ``O(Q 2^n n)`` for the fields
+but only ``O(2^n n²)`` for a shared ``J``.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 
@@ -56,3 +57,16 @@ def local_field_rows(h, J, s):
 def energy(h, J, s):
     """Total energy ``E(s)``.  h: [..., n], J: [..., n, n], s: [..., n] -> [...]."""
     return field_energy(h, s) + coupling_energy(J, s)
+
+
+def spins_from_index(idx, n: int, dtype=jnp.float32):
+    """Configuration indices ``[...]`` -> spins ``[..., n]``: spin ``j`` is bit ``n-1-j``
+    of the index, bit 0 is ``s = +1`` (row ``idx`` of :func:`spin_table`)."""
+    bits = (idx[..., None] >> jnp.arange(n - 1, -1, -1, dtype=idx.dtype)) & 1
+    return (1 - 2 * bits).astype(dtype)
+
+
+def spin_table(n: int, dtype) -> jax.Array:
+    """All ``2^n`` configurations as a ``[2^n, n]`` table of ±1 (row 0 is all +1), in the
+    order of :func:`spins_from_index`; every enumerating engine uses this order."""
+    return spins_from_index(jnp.arange(2**n, dtype=jnp.int32), n, dtype)
