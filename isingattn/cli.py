@@ -212,7 +212,8 @@ def _cell_from_args(args, task: str):
     cell = Cell(task, task, args.seq_len, variants=args.variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
                 engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
                 batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads,
-                eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band, **extra)
+                eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band,
+                weight_decay_on=args.weight_decay_on, **extra)
     vocab = 2 * args.types if task == "brackets" else 1  # the vocabulary does not change what is valid
     for v in cell.variants:  # build every model config now: its checks run before any data is loaded
         cell.config(v, vocab)
@@ -458,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--steps", type=_positive_int, default=1500, help="training steps per run")
         t.add_argument("--batch-size", type=_positive_int, default=64, help="sequences per step")
         t.add_argument("--lr", type=_positive_float, default=3e-3, help="peak AdamW learning rate (warmup, cosine)")
+        t.add_argument("--weight-decay-on", dest="weight_decay_on", choices=("matrices", "matrices+J", "all"),
+                       default="matrices", help="what AdamW decays: weight matrices and embeddings, those and J, or "
+                                                "every array (LayerNorm gains and biases too; the committed grid's setting)")
         t.add_argument("--eval-every", type=_positive_int, default=250, help="steps between held-out evaluations")
         t.add_argument("--d-model", type=_positive_int, default=64, help="model width")
         t.add_argument("--heads", type=_positive_int, default=1, help="attention heads (must divide --d-model)")

@@ -39,8 +39,7 @@ def query_model(model, meta: dict, text: str, query: int, head: int = 0) -> Isin
         raise IsingInputError(f"--query must be a position in 0..{T - 1}; got {query}.")
     if not 0 <= head < cfg.n_heads:
         raise IsingInputError(f"--head must be in 0..{cfg.n_heads - 1}; got {head}.")
-    x = model.tok_emb[tokens[None]] + model.pos_emb[:T]  # (1, T, d)
-    h = model.attn.fields(model.ln1(x))[0, head, query, : query + 1]  # (query+1,)
+    h = model.attention_fields(tokens[None])[0, head, query, : query + 1]  # (query+1,)
     J = model.attn.couplings(T)[head, : query + 1, : query + 1]
     if cfg.variant == "h":
         J = jnp.zeros_like(J)

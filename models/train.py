@@ -41,8 +41,16 @@ class TrainConfig:
     eval_every: int = 250
     eval_batch: int = 512
     eval_limit: Optional[int] = None  # periodic evals use the first N held-out examples; the final one uses all
+    # What AdamW decays (nanoGPT: matrices only, never gains, biases or the per-head field bias):
+    #   "matrices"   every array with ndim >= 2 except the couplings J_raw (default: decaying J pulls hJ
+    #                toward the h variant, the very thing the ablation measures)
+    #   "matrices+J" the same plus J_raw
+    #   "all"        every array, J and LayerNorm gains included (what runs before this option did)
+    weight_decay_on: str = "matrices"
 
     def __post_init__(self):
+        if self.weight_decay_on not in DECAY_ON:
+            raise IsingInputError(f"weight_decay_on must be one of {', '.join(DECAY_ON)}; got {self.weight_decay_on!r}.")
         for name in ("steps", "batch_size", "eval_every", "eval_batch"):
             _check_int(name, getattr(self, name), low=1)
         _check_int("warmup", self.warmup, low=0)
@@ -51,6 +59,21 @@ class TrainConfig:
         for name, low in (("lr", 0.0), ("grad_clip", 0.0)):
             _check_float(name, getattr(self, name), positive=True)
         _check_float("weight_decay", self.weight_decay, positive=False)
+
+
+DECAY_ON = ("matrices", "matrices+J", "all")
+
+
+def decay_mask(params, weight_decay_on: str):
+    """The pytree of booleans AdamW's ``mask`` takes: which arrays of ``params`` are decayed."""
+    def leaf(path, x):
+        if weight_decay_on == "all":
+            return True
+        if any(getattr(p, "name", None) == "J_raw" for p in path):
+            return weight_decay_on == "matrices+J"
+        return x.ndim >= 2
+
+    return jax.tree_util.tree_map_with_path(leaf, params)
 
 
 def _check_int(name, value, low):
@@ -80,7 +103,9 @@ def masked_xent(logits, targets):
 @functools.lru_cache(maxsize=None)
 def _optimizer(tc: TrainConfig):
     sched = optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup, max(tc.steps, tc.warmup + 1), tc.lr * 0.1)
-    return optax.chain(optax.clip_by_global_norm(tc.grad_clip), optax.adamw(sched, weight_decay=tc.weight_decay))
+    adamw = optax.adamw(sched, weight_decay=tc.weight_decay,
+                        mask=functools.partial(decay_mask, weight_decay_on=tc.weight_decay_on))
+    return optax.chain(optax.clip_by_global_norm(tc.grad_clip), adamw)
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,10 +157,14 @@ def run_spec(config: Config, tc: TrainConfig, seed: int, data: Optional[dict] = 
 def saved_spec(meta: dict) -> dict:
     """The run spec a checkpoint was written for (older checkpoints: rebuilt from their fields)."""
     if isinstance(meta.get("spec"), dict):
-        return meta["spec"]
-    reserved = {"step", "seed", "metrics", "train", "model", "spec"}
-    return {"model": meta.get("model"), "train": meta.get("train"), "seed": meta.get("seed"),
-            "data": {k: v for k, v in meta.items() if k not in reserved}}
+        spec = meta["spec"]
+    else:
+        reserved = {"step", "seed", "metrics", "train", "model", "spec"}
+        spec = {"model": meta.get("model"), "train": meta.get("train"), "seed": meta.get("seed"),
+                "data": {k: v for k, v in meta.items() if k not in reserved}}
+    if isinstance(spec.get("train"), dict) and "weight_decay_on" not in spec["train"]:
+        spec = {**spec, "train": {**spec["train"], "weight_decay_on": "all"}}  # saved before the option existed
+    return spec
 
 
 def spec_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:

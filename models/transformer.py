@@ -76,16 +76,16 @@ def _dense(key, d_in, d_out):
 
 
 class LayerNorm(eqx.Module):
-    gamma: jax.Array
-    beta: jax.Array
+    gamma: jax.Array  # (d,) gain
+    bias: jax.Array  # (d,) shift (not "beta": that name is the inverse temperature here)
 
     def __init__(self, d):
-        self.gamma, self.beta = jnp.ones(d), jnp.zeros(d)
+        self.gamma, self.bias = jnp.ones(d), jnp.zeros(d)
 
     def __call__(self, x):  # (..., d)
         mu = x.mean(-1, keepdims=True)
         var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * self.gamma + self.beta
+        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * self.gamma + self.bias
 
 
 class Attention(eqx.Module):
@@ -186,11 +186,18 @@ class Transformer(eqx.Module):
         self.head = _dense(ks[4], d, config.n_out)
         self.config = config
 
-    def __call__(self, tokens, *, key=None, return_weights=False):
-        B, T = tokens.shape
+    def embed(self, tokens):  # (B, T) -> (B, T, d)
+        T = tokens.shape[-1]
         if T > self.config.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.config.seq_len}.")
-        x = self.tok_emb[tokens] + self.pos_emb[:T]  # (B, T, d)
+        return self.tok_emb[tokens] + self.pos_emb[:T]
+
+    def attention_fields(self, tokens):
+        """The Ising fields every head's queries see, ``(B, H, T, T)``: the forward pass up to attention."""
+        return self.attn.fields(self.ln1(self.embed(tokens)))
+
+    def __call__(self, tokens, *, key=None, return_weights=False):
+        x = self.embed(tokens)  # (B, T, d)
         a, weights = self.attn(self.ln1(x), key=key)
         x = x + a
         if self.mlp is not None:
