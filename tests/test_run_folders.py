@@ -245,3 +245,16 @@ def test_a_task_too_small_for_a_test_set_is_refused(tmp_path):
     with pytest.raises(IsingInputError, match="0 test strings"):  # seq_len=2, one bracket kind: one string in all
         run_cell(_cell(seq_len=2, types=1, n_train=10, n_test=10), str(tmp_path / "c"), progress=False)
     assert not (tmp_path / "c" / "metrics.jsonl").exists()
+
+
+def test_cells_saved_before_weight_decay_on_read_as_decaying_everything(tmp_path):
+    import dataclasses
+
+    out = tmp_path / "legacy"
+    out.mkdir()
+    legacy = dataclasses.asdict(_cell(weight_decay_on="all"))
+    legacy.pop("weight_decay_on")  # a cell.json written before the field existed
+    (out / "cell.json").write_text(json.dumps(legacy))
+    with pytest.raises(RunFolderError, match="weight_decay_on: 'all' -> 'matrices'"):
+        run_cell(_cell(), str(out), progress=False)
+    assert run_cell(_cell(weight_decay_on="all"), str(out), progress=False)["softmax"][0] > 0.3
