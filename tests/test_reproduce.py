@@ -9,7 +9,7 @@ import pytest
 
 from isingattn.errors import IsingInputError
 
-from isingattn.cli import main
+from isingattn.models.cli import main
 from isingattn.models.experiments import Cell, grid, run_cell, select
 from isingattn.models.grid_report import write_report
 

@@ -1,0 +1,14 @@
+"""Dependencies point one way: the core library never imports the command line or the
+experiments (they sit in isingattn.models, a layer above)."""
+
+import subprocess
+import sys
+
+
+def test_core_library_imports_nothing_from_the_application_layer():
+    code = ("import sys, isingattn, isingattn.inference, isingattn.compare, isingattn.analysis, isingattn.checkpoint, "
+            "isingattn.atomic, isingattn.runlock, isingattn.sharding, isingattn.fluctuation\n"
+            "bad = sorted(m for m in sys.modules if m.startswith('isingattn.models'))\n"
+            "print(bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
