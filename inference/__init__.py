@@ -6,12 +6,13 @@
 from isingattn.engine import Engine, available, get, register
 from isingattn.inference.banded import Banded
 from isingattn.inference.dimod_engine import DimodEngine
-from isingattn.inference.dqa import DQA, DQACalibrationWarning, DQARangeWarning, DQASampler, DQAWarning
+from isingattn.inference.dimod_sampler import DQASampler, SQASampler
+from isingattn.inference.dqa import DQA, DQACalibrationWarning, DQARangeWarning, DQAWarning
 from isingattn.inference.exact import Exact
 from isingattn.inference.arviz_export import to_inference_data
 from isingattn.inference.gibbs import Gibbs
 from isingattn.inference.gibbs_numpyro import IsingGibbsKernel
 from isingattn.inference.meanfield import MeanField, MeanFieldConvergenceWarning
-from isingattn.inference.sqa import SQA, SQASampler
+from isingattn.inference.sqa import SQA
 
 __all__ = ["Banded", "DQA", "DQACalibrationWarning", "DQARangeWarning", "DQASampler", "DQAWarning", "DimodEngine", "Engine", "Exact", "Gibbs", "IsingGibbsKernel", "MeanField", "MeanFieldConvergenceWarning", "SQA", "SQASampler", "available", "get", "register", "to_inference_data"]

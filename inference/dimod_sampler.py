@@ -1,5 +1,6 @@
-"""The ``dimod.Sampler`` contract, implemented once for the samplers of this package
-(:class:`~isingattn.inference.sqa.SQASampler`, :class:`~isingattn.inference.dqa.DQASampler`).
+"""The samplers of this package as ``dimod.Sampler`` s: :class:`SQASampler` (the algorithm
+of :mod:`isingattn.inference.sqa`) and :class:`DQASampler` (:mod:`isingattn.inference.dqa`),
+with the dimod contract implemented once, in their base :class:`IsingSampler`.
 
 :class:`IsingSampler` holds what they share: defaults given at construction and
 overridden per call, unknown keys refused, ``seed`` and ``beta`` validated, the empty
@@ -16,11 +17,18 @@ import os
 from typing import Any, ClassVar
 
 import dimod
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from isingattn.errors import IsingInputError
+from isingattn.errors import IsingInputError, TooManySpinsError
+from isingattn.inference import dqa, sqa
+from isingattn.model import IsingModel
+from isingattn.validate import boolean, nonneg_int, positive_float, positive_int
 
-__all__ = ["IsingSampler", "check_beta", "check_seed"]
+__all__ = ["IsingSampler", "SQASampler", "DQASampler", "check_beta", "check_seed"]
+
+PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 
 
 def check_beta(beta, *, optional: bool = False) -> None:
@@ -106,3 +114,127 @@ class IsingSampler(dimod.Sampler):
         """``(spins [num_reads, n] ±1, their variable labels, info dict)`` for a non-empty
         BQM, sampled in its SPIN view (``IsingModel.from_bqm``)."""
         raise NotImplementedError
+
+
+# ---- the samplers ------------------------------------------------------------------------
+
+_SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=("linear", 3.0, 0.01), beta=1.0,
+                         mode="thermal", thermal_sweeps=100, global_moves=True)
+
+
+class SQASampler(IsingSampler):
+    """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`~isingattn.inference.sqa.SQA`).
+
+    ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
+    them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
+    ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"thermal"``:
+    samples ``exp(-β E_bqm)``; ``"anneal"``: ground-state search, lowest-energy replica
+    per read), ``thermal_sweeps``, ``global_moves`` and ``seed``.
+
+    ``seed``: an int gives ``jax.random.PRNGKey(seed)``. Every read draws its own random
+    numbers (its own block of counters of the threefry stream of each sweep, see
+    :func:`~isingattn.inference.sqa.sqa_sample`), so reads are independent and distinct, and the whole sample set
+    is reproducible from the seed. ``seed=None`` draws a seed from ``os.urandom``; it is
+    reported in ``sampleset.info["seed"]``. (openjij's samplers, by contrast, restart
+    every read from the same integer seed, so all reads come out identical.)
+
+    β is in the units of the BQM's energy (dimod convention ``E = Σ a_i s_i + Σ b_ij s_i
+    s_j + offset``; the offset does not change the distribution). BINARY models are
+    sampled as their SPIN equivalent and returned as 0/1 with the BQM's own energies.
+    Slow for large dense problems: ``O(num_reads · n² · trotter · num_sweeps)``; one
+    compilation per problem size and parameter set.
+    """
+
+    DEFAULTS = _SQA_DEFAULTS
+
+    def _check(self, p):
+        sqa.check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=p["gamma_schedule"],
+                     mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
+        check_beta(p["beta"])
+
+    def _properties(self) -> dict:
+        return {"modes": sqa.MODES, "gamma_schedules": sqa.SCHEDULES}
+
+    def _info(self, p, plan) -> dict:
+        return {"beta": float(p["beta"]), "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
+                "gamma_schedule": tuple(p["gamma_schedule"])}
+
+    def _sample(self, bqm, p, plan, seed):
+        model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
+        n = model.n
+        # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
+        # touch the real ones) so that problems of similar size share one compilation.
+        m = -(-n // PAD_TO) * PAD_TO
+        h = jnp.pad(model.h, (0, m - n))
+        J = jnp.pad(model.J, ((0, m - n), (0, m - n)))
+        samples, run_info = sqa.sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(p["beta"], model.dtype),
+                                       num_reads=p["num_reads"], trotter=p["trotter"], num_sweeps=p["num_sweeps"],
+                                       gamma_schedule=tuple(p["gamma_schedule"]), mode=p["mode"],
+                                       thermal_sweeps=p["thermal_sweeps"], global_moves=bool(p["global_moves"]))
+        # acceptance rates count the padding spins too; energies come from the BQM itself
+        info = {k: np.asarray(v) for k, v in run_info.items() if k != "energy"}
+        return np.asarray(samples)[:, :n], model.labels, info
+
+
+_DQA_DEFAULTS = dict(num_reads=1, tau=12.0, num_steps=32, schedule="linear", order=2, beta=None,
+                         calibrate=None, calibration_steps=3, calibrate_from="state")
+
+
+class DQASampler(IsingSampler):
+    """Digitized diabatic quantum annealing (the algorithm of :class:`~isingattn.inference.dqa.DQA`) as a
+    ``dimod.Sampler``.
+
+    ``DQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
+    them. Parameters: ``num_reads`` (shots), ``tau``, ``num_steps``, ``schedule``, ``order``,
+    ``beta``, ``calibrate``, ``calibration_steps``, ``calibrate_from``, ``seed``.
+
+    Without ``beta`` the BQM is annealed as given, as a quantum annealer would: a short
+    anneal samples roughly ``exp(β_h h·s + β_J Σ J s s)`` with ``β_h = 2κ``, ``β_J = 4κ``
+    (``κ ≈ τ²/12``); the default ``tau = 12`` gives low-energy samples (for unit-scale
+    biases the effective β is about 3). ``info`` reports the effective ``beta_h``/``beta_J``.
+    With ``beta`` (in the BQM's energy units) and ``calibrate`` (default True when ``beta``
+    is set) the programmed biases are rescaled so the samples follow ``exp(-β E_bqm)`` as
+    closely as the anneal allows (:class:`~isingattn.inference.dqa.DQA`). ``info`` holds the scalars of the DQA
+    diagnostics (``beta_h``, ``beta_J``, ``kl``, ``scale_h``, ...).
+
+    ``seed``: an int gives ``jax.random.PRNGKey(seed)``; every read is an independent shot
+    of the same circuit and the sample set is reproducible from the seed. ``None`` draws a
+    seed from ``os.urandom`` (reported in ``info["seed"]``).
+
+    Limited to 20 variables (a ``2^n`` statevector); slow beyond ~16 on a CPU. One
+    compilation per problem size and parameter set.
+    """
+
+    DEFAULTS = _DQA_DEFAULTS
+
+    def _check(self, p) -> dqa.DQA:
+        # checked here so that the message names the sampler's parameters (DQA calls num_reads
+        # num_shots); NumPy scalars become Python numbers (DQA keeps its settings static)
+        check_beta(p["beta"], optional=True)
+        own = "DQASampler"
+        calibrate = p["beta"] is not None if p["calibrate"] is None else boolean("calibrate", p["calibrate"], owner=own)
+        if calibrate and p["beta"] is None:
+            raise IsingInputError("calibrate=True needs a target beta; pass beta=... or calibrate=False.")
+        return dqa.DQA(tau=positive_float("tau", p["tau"], owner=own),
+                   num_steps=positive_int("num_steps", p["num_steps"], owner=own), schedule=p["schedule"],
+                   order=positive_int("order", p["order"], owner=own, hi=2),
+                   num_shots=positive_int("num_reads", p["num_reads"], owner=own), calibrate=calibrate,
+                   calibration_steps=nonneg_int("calibration_steps", p["calibration_steps"], owner=own),
+                   calibrate_from=p["calibrate_from"])
+
+    def _properties(self) -> dict:
+        return {"max_num_variables": dqa.MAX_N, "schedules": dqa.SCHEDULES + ("callable",), "orders": (1, 2)}
+
+    def _info(self, p, engine: dqa.DQA) -> dict:
+        return {"tau": float(p["tau"]), "num_steps": int(p["num_steps"]), "order": int(p["order"]), "beta": p["beta"],
+                "calibrate": engine.calibrate}
+
+    def _sample(self, bqm, p, engine: dqa.DQA, seed):
+        if len(bqm.variables) > dqa.MAX_N:
+            raise TooManySpinsError(
+                f"DQASampler simulates a 2^n statevector and is limited to {dqa.MAX_N} variables; this BQM has "
+                f"{len(bqm.variables)}. Use SQASampler or a classical sampler for larger problems.")
+        beta = p["beta"]
+        model = IsingModel.from_bqm(bqm, beta=1.0 if beta is None else beta)  # SPIN view, h = -linear, J = -quadratic
+        samples, _, run_info = engine.run(model, key=jax.random.PRNGKey(seed))
+        return samples, model.labels, {k: np.asarray(v).item() for k, v in run_info.items()}

@@ -76,7 +76,6 @@ from isingattn.energy import energy, local_field_rows
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
-from isingattn.inference.dimod_sampler import IsingSampler, check_beta
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
@@ -84,7 +83,6 @@ MODES = ("anneal", "thermal")
 SCHEDULES = ("linear", "geometric")
 # Spins per block of a sweep (see _sweep_t); as in inference/gibbs.py.
 SWEEP_BLOCK = 4
-PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 RHAT_THRESHOLD = 1.1  # split R-hat of the tail energy above which thermal samples are flagged
 
 
@@ -516,61 +514,9 @@ class SQA(Engine):
         return sample_marginals(model, samples, info, rao_blackwell=self.rao_blackwell)
 
 
-# ---- the dimod sampler -----------------------------------------------------------------------
+def __getattr__(name):  # the dimod sampler lives in inference/dimod_sampler.py, which imports this module
+    if name == "SQASampler":
+        from isingattn.inference.dimod_sampler import SQASampler
 
-_SAMPLER_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=("linear", 3.0, 0.01), beta=1.0,
-                         mode="thermal", thermal_sweeps=100, global_moves=True)
-
-
-class SQASampler(IsingSampler):
-    """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`SQA`).
-
-    ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
-    them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
-    ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"thermal"``:
-    samples ``exp(-β E_bqm)``; ``"anneal"``: ground-state search, lowest-energy replica
-    per read), ``thermal_sweeps``, ``global_moves`` and ``seed``.
-
-    ``seed``: an int gives ``jax.random.PRNGKey(seed)``. Every read draws its own random
-    numbers (its own block of counters of the threefry stream of each sweep, see
-    :func:`sqa_sample`), so reads are independent and distinct, and the whole sample set
-    is reproducible from the seed. ``seed=None`` draws a seed from ``os.urandom``; it is
-    reported in ``sampleset.info["seed"]``. (openjij's samplers, by contrast, restart
-    every read from the same integer seed, so all reads come out identical.)
-
-    β is in the units of the BQM's energy (dimod convention ``E = Σ a_i s_i + Σ b_ij s_i
-    s_j + offset``; the offset does not change the distribution). BINARY models are
-    sampled as their SPIN equivalent and returned as 0/1 with the BQM's own energies.
-    Slow for large dense problems: ``O(num_reads · n² · trotter · num_sweeps)``; one
-    compilation per problem size and parameter set.
-    """
-
-    DEFAULTS = _SAMPLER_DEFAULTS
-
-    def _check(self, p):
-        check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=p["gamma_schedule"],
-                     mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
-        check_beta(p["beta"])
-
-    def _properties(self) -> dict:
-        return {"modes": MODES, "gamma_schedules": SCHEDULES}
-
-    def _info(self, p, plan) -> dict:
-        return {"beta": float(p["beta"]), "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
-                "gamma_schedule": tuple(p["gamma_schedule"])}
-
-    def _sample(self, bqm, p, plan, seed):
-        model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
-        n = model.n
-        # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
-        # touch the real ones) so that problems of similar size share one compilation.
-        m = -(-n // PAD_TO) * PAD_TO
-        h = jnp.pad(model.h, (0, m - n))
-        J = jnp.pad(model.J, ((0, m - n), (0, m - n)))
-        samples, run_info = sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(p["beta"], model.dtype),
-                                       num_reads=p["num_reads"], trotter=p["trotter"], num_sweeps=p["num_sweeps"],
-                                       gamma_schedule=tuple(p["gamma_schedule"]), mode=p["mode"],
-                                       thermal_sweeps=p["thermal_sweeps"], global_moves=bool(p["global_moves"]))
-        # acceptance rates count the padding spins too; energies come from the BQM itself
-        info = {k: np.asarray(v) for k, v in run_info.items() if k != "energy"}
-        return np.asarray(samples)[:, :n], model.labels, info
+        return SQASampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
