@@ -31,7 +31,7 @@ import numpy as np
 from isingattn import IsingModel
 from isingattn.inference.dqa import (DQA, _energy_tables, _measure, evolve, kappa, pseudo_likelihood_beta,
                                      schedule_coefficients)
-from isingattn.inference.exact import spin_table
+from isingattn.energy import spin_table
 from isingattn.testing import brute_force, random_model
 
 

@@ -61,7 +61,7 @@ jax.config.update("jax_enable_x64", True)  # float64 ground energies; samplers g
 
 from isingattn import IsingModel  # noqa: E402
 from isingattn.energy import cross_energy, energy  # noqa: E402
-from isingattn.inference.exact import spin_table  # noqa: E402
+from isingattn.energy import spin_table  # noqa: E402
 from isingattn.inference.sqa import SQASampler, sqa_sample  # noqa: E402
 from isingattn.testing import random_model  # noqa: E402
 

@@ -22,7 +22,7 @@ EXACT_REFERENCE_MAX_N = 20  # Exact(corr=True) holds 2^n x n values; above this 
 
 def _exact_log_probs(model: IsingModel):
     """log p(s) over all 2^n states (table order of ``spin_table``), via the shared energy."""
-    from isingattn.inference.exact import spin_table
+    from isingattn.energy import spin_table
 
     S = spin_table(model.n, model.dtype)
     logw = -model.beta * model.energy(S)

@@ -70,20 +70,6 @@ def match_targets(tokens: np.ndarray, num_types: int) -> np.ndarray:
     return targets
 
 
-def is_balanced(tokens: np.ndarray, num_types: int) -> bool:
-    """True if every row is a well-nested word with matching bracket kinds."""
-    for row in tokens:
-        stack = []
-        for tok in row:
-            if tok < num_types:
-                stack.append(tok)
-            elif not stack or stack.pop() != tok - num_types:
-                return False
-        if stack:
-            return False
-    return True
-
-
 def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, max_depth: Optional[int] = None,
               num_types: int = 2, max_test_fraction: float = 0.2) -> BracketData:
     """Disjoint train and test sets of unique strings, seeded by a JAX key.
