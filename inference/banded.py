@@ -93,6 +93,7 @@ class Banded(Engine):
     """
 
     exact: ClassVar[bool] = True
+    native_causal: ClassVar[bool] = True  # causal queries are swept over their own prefix (_blocked)
     bandwidth: int = eqx.field(static=True, default=8, converter=V.plain)
     corr: bool = eqx.field(static=True, default=False, converter=V.plain)
     path: str = eqx.field(static=True, default="auto")
@@ -104,18 +105,18 @@ class Banded(Engine):
         V.positive_int("bandwidth", self.bandwidth, owner="Banded", hi=MAX_BANDWIDTH)
         V.boolean("corr", self.corr, owner="Banded")
 
-    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
-        w = int(self.bandwidth)
-        J = model.J
-        if not _is_traced(J):  # eager check with a message that names the distance
-            dist = band_violation(J, w)
-            if dist > w:
-                raise IsingInputError(_band_message(w, dist))
-        return _marginals(model, w, self.corr, self.path == "auto")
+    def _prepare(self, model: IsingModel) -> Engine:
+        if not _is_traced(model.J):  # eager check with a message that names the distance
+            dist = band_violation(model.J, self.bandwidth)
+            if dist > self.bandwidth:
+                raise IsingInputError(_band_message(self.bandwidth, dist))
+        return self
+
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
+        return _solve(model, int(self.bandwidth), self.corr, self.path == "auto")
 
 
-@eqx.filter_jit
-def _marginals(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> Marginals:
+def _solve(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> Marginals:
     h, J, beta = model.h, model.J, model.beta
     J = eqx.error_if(J, band_violation(J, w) > w, _band_message(w))
     act = model.active()  # [..., n] bool or None

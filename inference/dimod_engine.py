@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn import prng
 from isingattn import validate as V
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
-from isingattn.model import IsingModel
+from isingattn.model import IsingModel, _is_traced
 
 
 def beta_kwargs(sampler, beta: float) -> Optional[dict]:
@@ -53,7 +52,7 @@ class DimodEngine(Engine):
     ``num_reads`` (default 256) reads per model; a per-model integer ``seed`` is drawn
     from ``key`` when the sampler accepts one. β is passed as :func:`beta_kwargs`
     describes; samplers without a temperature get a warning (once, when called
-    outside ``jit``) and ``info["at_beta"] = False``.
+    outside ``jit``) and ``info["at_beta"] = False`` (batch-shaped).
 
     Slow where the sampler is: one host call per model of the batch.
     """
@@ -61,6 +60,8 @@ class DimodEngine(Engine):
     sampler: Any = eqx.field(static=True)
     sample_kwargs: tuple = eqx.field(static=True)
     num_reads: int = eqx.field(static=True, default=256)
+    needs_key: ClassVar[bool] = True  # it seeds the sampler
+    jit: ClassVar[bool] = False  # the sampler runs on the host (pure_callback works under a caller's jit too)
 
     def __init__(self, sampler=None, num_reads: int = 256, **sample_kwargs):
         num_reads = V.positive_int("num_reads", num_reads, owner="DimodEngine")  # 0 reads: NaN marginals
@@ -82,12 +83,14 @@ class DimodEngine(Engine):
         self.sampler, self.num_reads = sampler, num_reads
         self.sample_kwargs = tuple(sorted(sample_kwargs.items()))
 
-    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
-        if key is None:
-            raise ValueError("DimodEngine samples: pass key=jax.random.PRNGKey(...) (it seeds the sampler).")
-        if not isinstance(model, IsingModel):
-            raise IsingTypeError(f"DimodEngine.marginals expects an IsingModel; got {type(model).__name__}.")
-        key = prng.check_key(key, owner="DimodEngine.marginals")
+    def _prepare(self, model: IsingModel) -> Engine:
+        if beta_kwargs(self.sampler, 1.0) is None and not _is_traced(model.beta):
+            warnings.warn(f"{type(self.sampler).__name__} has no temperature parameter: its samples do not follow "
+                          "exp(-βE); marginals and gradients are those of its own output distribution.",
+                          stacklevel=5)  # the caller of marginals (past equinox's method wrappers)
+        return self
+
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         batch, n, S = model.batch_shape, model.n, self.num_reads
         size = int(np.prod(batch)) if batch else 1
         seeds = jax.random.randint(key, (size,), 0, 2**31 - 1)
@@ -95,9 +98,6 @@ class DimodEngine(Engine):
         h = jnp.broadcast_to(h, batch + (n,)).reshape(size, n)
         J = jnp.broadcast_to(J, batch + (n, n)).reshape(size, n, n)
         bk = beta_kwargs(self.sampler, 1.0)
-        if bk is None and not isinstance(model.beta, jax.core.Tracer):
-            warnings.warn(f"{type(self.sampler).__name__} has no temperature parameter: its samples do not follow "
-                          "exp(-βE); marginals and gradients are those of its own output distribution.", stacklevel=2)
         out = jax.ShapeDtypeStruct((size, S, n), model.dtype)
         host = functools.partial(self._host_sample, dtype=np.dtype(model.dtype))
         # The samples carry no gradient (sample_marginals' fluctuation identities supply it), and
@@ -105,7 +105,7 @@ class DimodEngine(Engine):
         sg = jax.lax.stop_gradient
         samples = jax.pure_callback(host, out, sg(h), sg(J), sg(model.beta), seeds, vmap_method="sequential")
         samples = samples.reshape(batch + (S, n))
-        return sample_marginals(model, samples, info={"at_beta": jnp.asarray(bk is not None)})
+        return sample_marginals(model, samples, info={"at_beta": jnp.full(batch, bk is not None)})
 
     def _host_sample(self, h, J, beta, seeds, *, dtype):
         h, J, beta = np.asarray(h, np.float64), np.asarray(J, np.float64), float(beta)

@@ -39,7 +39,6 @@ from jax.scipy.special import logsumexp
 from jax.sharding import Mesh, PartitionSpec as P
 
 from isingattn import validate as V
-from isingattn.causal import by_prefix
 from isingattn.energy import cross_energy, energy, spin_table  # noqa: F401  (spin_table: re-exported)
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError, TooManySpinsError
@@ -60,8 +59,8 @@ class Exact(Engine):
 
     Differentiable in ``h`` and ``J`` (forward and reverse mode) through a JVP rule built on the
     fluctuation identities (``_mitm_jvp``). Queries whose models share ``J``
-    (broadcast batch axes of ``J``) share the ``2^n`` cross kernel. For ``causal``
-    models the prefix lengths are solved in ~log2(n) buckets (``isingattn.causal.by_prefix``).
+    (broadcast batch axes of ``J``) share the ``2^n`` cross kernel. Causal models are
+    solved in ~log2(n) prefix buckets by ``Engine.marginals`` (``isingattn.causal.CausalBuckets``).
 
     Cost grows as ``2^n``: fine to ``n ≈ 24`` on a laptop. Above ``max_n`` it raises;
     use ``Banded`` (banded J), ``MeanField``, ``Gibbs`` or ``SQA`` instead.
@@ -85,25 +84,14 @@ class Exact(Engine):
                 f"mesh must be a jax.sharding.Mesh (e.g. isingattn.sharding.data_mesh()) or None; got {type(self.mesh).__name__}."
             )
 
-    # Compiled once per shape and configuration: called eagerly, the lax.cond / lax.map
-    # bodies (and, with corr=True, the vmapped jvp) would otherwise be re-traced and
-    # re-compiled on every call (seconds per call even for n = 3).
-    @eqx.filter_jit
-    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         if model.n > self.max_n:
             raise TooManySpinsError(
                 f"Exact enumerates 2^n configurations and is limited to n ≤ max_n = {self.max_n}; this model has "
                 f"n = {model.n} spins. Use inference.Banded for banded couplings, or an approximate engine "
                 "(MeanField, Gibbs, SQA), or raise max_n if you have the memory (2^n floats)."
             )
-        if not model.causal:
-            return _solve_model(model.h, model.J, model.beta, model.mask, self.corr, self.mesh)
-        return _solve_causal(model, self.corr, self.mesh)
-
-
-def _solve_causal(model: IsingModel, want_corr: bool, mesh: Optional[Mesh] = None) -> Marginals:
-    """Query i (last batch axis) sees spins 0..i: solve each bucket of prefix lengths once."""
-    return by_prefix(lambda sub, _: _solve_model(sub.h, sub.J, sub.beta, sub.mask, want_corr, mesh), model)
+        return _solve_model(model.h, model.J, model.beta, model.mask, self.corr, self.mesh)
 
 
 def _solve_model(h, J, beta, mask, want_corr: bool, mesh: Optional[Mesh] = None) -> Marginals:

@@ -50,8 +50,8 @@ models mix slowly (single-spin moves): check ``info["r_hat"]`` / ``info["ess"]``
 
 from __future__ import annotations
 
-import warnings
-from typing import NamedTuple, Optional, Sequence
+import dataclasses
+from typing import ClassVar, NamedTuple, Optional, Sequence
 
 import equinox as eqx
 import jax
@@ -61,7 +61,6 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.causal import by_prefix
 from isingattn.diagnostics import effective_sample_size, field_pinned, mcse, split_gelman_rubin
 from isingattn.diagnostics import is_constant as _is_constant
 from isingattn.energy import local_field, local_field_rows
@@ -452,44 +451,36 @@ class Gibbs(Engine):
                 f"need at least {need}{' for split R-hat' if self.diagnostics else ''}. Raise num_samples or lower thin."
             )
 
-    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
-        if key is None:
-            raise IsingInputError("Gibbs is a sampling engine and needs a PRNG key: marginals(model, key=jax.random.key(0)).")
-        if not isinstance(model, IsingModel):
-            raise IsingInputError(f"Gibbs.marginals expects an IsingModel; got {type(model).__name__}.")
-        key = prng.check_key(key, owner="Gibbs.marginals")
-        classes = schedule_classes(self.schedule, model.J, self.colors)
-        # Only what shapes the computation is static: a dense 'colored' run shares the
-        # compiled program of the systematic one.
-        config = lambda cl: (self.num_warmup, self.num_samples, self.num_chains, self.thin, self.diagnostics,
-                             float(self.rhat_threshold), cl, bool(self.rao_blackwell))
-        if model.causal:  # inactive spins decouple: sample each prefix bucket on its own spins
-            def solve(sub, k):  # the colouring restricted to the bucket's spins stays proper
-                cl = None if classes is None else tuple(c for c in (tuple(i for i in c if i < sub.n) for c in classes) if c)
-                return _gibbs_marginals(sub, k, config(cl))
+    needs_key: ClassVar[bool] = True
+    spin_info: ClassVar[tuple] = ("r_hat", "ess", "mcse", "frozen")
 
-            out = by_prefix(solve, model, key, spin_info=("r_hat", "ess", "mcse", "frozen"))
-        else:
-            out = _gibbs_marginals(model, key, config(classes))
-        conv = out.info.get("converged")
-        if conv is not None and not isinstance(conv, jax.core.Tracer):
-            bad = ~np.asarray(conv)
-            if bad.any():
-                r = np.asarray(out.info["r_hat"])
-                r = r[~np.isnan(r)]
-                worst = float(r.max()) if r.size else float("nan")
-                frozen = int(np.asarray(out.info["frozen"]).sum())
-                stuck = (f" {frozen} active spin(s) never changed in any chain (frozen: no R-hat, NaN); their "
-                         "marginals are not estimates." if frozen else "")
-                warnings.warn(
-                    f"Gibbs: {int(bad.sum())} of {bad.size} models have a spin with split R-hat ≥ {self.rhat_threshold} "
-                    f"or undefined (worst defined {worst:.3g}): the chains have not mixed.{stuck} Raise "
-                    "num_warmup/num_samples, use more chains, or (strong couplings) another engine; see "
-                    "info['converged'], info['r_hat'], info['frozen'], info['flip_rate'].",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-        return out
+    def _prepare(self, model: IsingModel) -> Engine:
+        """The update classes, from the concrete ``J`` (:func:`schedule_classes`). A dense
+        'colored' run becomes the systematic one and shares its compiled program."""
+        classes = schedule_classes(self.schedule, model.J, self.colors)
+        if classes is None:
+            return dataclasses.replace(self, schedule="systematic", colors=None)
+        return dataclasses.replace(self, colors=classes)
+
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
+        classes = self.colors if self.schedule == "colored" else None
+        if classes is not None:  # a causal bucket's spins 0..n-1: the restricted colouring stays proper
+            classes = tuple(c for c in (tuple(i for i in c if i < model.n) for c in classes) if c)
+        return _gibbs_marginals(model, key, (self.num_warmup, self.num_samples, self.num_chains, self.thin,
+                                             self.diagnostics, float(self.rhat_threshold), classes,
+                                             bool(self.rao_blackwell)))
+
+    def _warning(self, flag, info, bad, total) -> str:
+        r = np.asarray(info["r_hat"])
+        r = r[~np.isnan(r)]
+        worst = float(r.max()) if r.size else float("nan")
+        frozen = int(np.asarray(info["frozen"]).sum())
+        stuck = (f" {frozen} active spin(s) never changed in any chain (frozen: no R-hat, NaN); their "
+                 "marginals are not estimates." if frozen else "")
+        return (f"Gibbs: {bad} of {total} models have a spin with split R-hat ≥ {self.rhat_threshold} "
+                f"or undefined (worst defined {worst:.3g}): the chains have not mixed.{stuck} Raise "
+                "num_warmup/num_samples, use more chains, or (strong couplings) another engine; see "
+                "info['converged'], info['r_hat'], info['frozen'], info['flip_rate'].")
 
 
 def _known_spins(model: IsingModel, h, J, beta, draws, num_draws: int):
@@ -506,7 +497,6 @@ def _known_spins(model: IsingModel, h, J, beta, draws, num_draws: int):
     return inactive | (jnp.broadcast_to(pinned, batch_n) & right_sign)
 
 
-@eqx.filter_jit
 def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes, rao_blackwell = config
     n, dtype = model.n, model.dtype

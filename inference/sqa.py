@@ -58,9 +58,8 @@ Measured against openjij's C++ SQASampler (one thread) in benchmarks/sqa_grounds
 
 from __future__ import annotations
 
-import warnings
 from functools import partial
-from typing import NamedTuple, Optional
+from typing import ClassVar, NamedTuple, Optional
 
 import equinox as eqx
 import jax
@@ -70,11 +69,10 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.causal import by_prefix
 from isingattn.diagnostics import field_pinned, split_gelman_rubin
 from isingattn.energy import energy, local_field_rows
 from isingattn.engine import Engine, register
-from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
@@ -427,10 +425,6 @@ def _as_tuple(x):
     return tuple(V.plain(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 @register("sqa")
 class SQA(Engine):
     """Path-integral simulated quantum annealing (see the module docstring).
@@ -481,15 +475,10 @@ class SQA(Engine):
         for name in ("global_moves", "rao_blackwell"):
             V.boolean(name, getattr(self, name), owner="SQA")
 
-    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
-        if key is None:
-            raise ValueError("SQA is a sampling engine and needs a PRNG key: engine.marginals(model, key=jax.random.PRNGKey(0)).")
-        if not isinstance(model, IsingModel):
-            raise IsingTypeError(f"SQA.marginals expects an IsingModel; got {type(model).__name__}.")
-        key = prng.check_key(key, owner="SQA.marginals")  # any key impl; threefry keys unchanged
-        if model.causal:  # inactive spins decouple: sample each prefix bucket on its own spins
-            return by_prefix(lambda sub, k: self.marginals(sub, key=k), model, key,
-                             spin_info=("frozen",) if self.mode == "thermal" else ())
+    needs_key: ClassVar[bool] = True
+    spin_info: ClassVar[tuple] = ("frozen",)
+
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         if self.beta is not None:
             model = eqx.tree_at(lambda m: m.beta, model, jnp.asarray(self.beta, model.dtype))
         h, J = model.masked_parameters()
@@ -497,21 +486,18 @@ class SQA(Engine):
         samples, info = sqa_sample(key, sg(h), sg(J), sg(model.beta), num_reads=self.num_reads, trotter=self.trotter,
                                    num_sweeps=self.num_sweeps, gamma_schedule=tuple(self.gamma_schedule),
                                    mode=self.mode, thermal_sweeps=self.thermal_sweeps, global_moves=self.global_moves)
-        if self.mode == "thermal" and _concrete(info["converged"]) and not bool(jnp.all(info["converged"])):
-            bad = int(jnp.sum(~info["converged"]))
-            frozen = int(jnp.sum(info.get("frozen", 0)))
-            stuck = (f" {frozen} spin(s) kept one value in every read and tail sweep (info['frozen']): reads that "
-                     "never moved are no evidence of convergence." if frozen else "")
-            rhats = np.asarray(info["rhat_energy"])
-            worst = float(np.nanmax(rhats)) if np.isfinite(rhats).any() or np.isinf(rhats).any() else float("nan")
-            warnings.warn(
-                f"SQA thermal tail did not pass the split R-hat check for {bad} of {info['converged'].size} model(s) "
+        return sample_marginals(model, samples, info, rao_blackwell=self.rao_blackwell)
+
+    def _warning(self, flag, info, bad, total) -> str:  # info["converged"]: thermal mode only
+        frozen = int(np.sum(np.asarray(info.get("frozen", 0))))
+        stuck = (f" {frozen} spin(s) kept one value in every read and tail sweep (info['frozen']): reads that "
+                 "never moved are no evidence of convergence." if frozen else "")
+        rhats = np.asarray(info["rhat_energy"])
+        worst = float(np.nanmax(rhats)) if np.isfinite(rhats).any() or np.isinf(rhats).any() else float("nan")
+        return (f"SQA thermal tail did not pass the split R-hat check for {bad} of {total} model(s) "
                 f"(max R-hat of the energy {worst:.3g} > {RHAT_THRESHOLD}; NaN means thermal_sweeps < 4 or frozen "
                 f"reads).{stuck} Samples may not follow exp(-βE) yet: raise "
-                "thermal_sweeps or num_sweeps. info['converged'] flags the models.",
-                stacklevel=3,  # the caller of marginals (through equinox's bound-method wrapper)
-            )
-        return sample_marginals(model, samples, info, rao_blackwell=self.rao_blackwell)
+                "thermal_sweeps or num_sweeps. info['converged'] flags the models.")
 
 
 def __getattr__(name):  # the dimod sampler lives in inference/dimod_sampler.py, which imports this module

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from isingattn.errors import IsingInputError
-from isingattn.model import IsingModel
+from isingattn.model import IsingModel, causal_mask
 
 VARIANTS = ("softmax", "hJ", "h", "J")
 
@@ -60,7 +60,7 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
     if causal and Tq != Tk:
         raise IsingInputError(f"causal attention needs as many queries as keys; got Tq={Tq}, Tk={Tk}.")
     h = attention_fields(q, k, bias if variant in ("hJ", "h") else None)  # (..., Tq, Tk)
-    visible = jnp.tril(jnp.ones((Tq, Tk), bool)) if causal else jnp.ones((Tq, Tk), bool)
+    visible = causal_mask(Tq, Tk) if causal else jnp.ones((Tq, Tk), bool)
 
     if variant == "softmax":
         weights = jax.nn.softmax(jnp.where(visible, h, -jnp.inf), axis=-1)

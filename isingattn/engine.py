@@ -8,17 +8,38 @@ import inspect
 import json
 from typing import Callable, ClassVar, Optional
 
+import warnings
+
 import equinox as eqx
 import jax
+import numpy as np
 
-from isingattn.errors import IsingInputError
+from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.marginals import Marginals
-from isingattn.model import IsingModel
+from isingattn.model import IsingModel, _is_traced
+from isingattn.prng import check_key
+
+
+class ConvergenceWarning(RuntimeWarning):
+    """An engine's diagnostics flag part of its result as untrustworthy (an ``info`` flag is
+    False for some models: a fixed point or chain that did not converge, a calibration that
+    missed its target). Engine-specific categories subclass it."""
 
 
 class Engine(eqx.Module):
     """An inference engine: a configured, immutable object with
     ``marginals(model, *, key=None) -> Marginals``.
+
+    A template (DESIGN.md §3): :meth:`marginals` is implemented here, once, and an engine
+    supplies only ``_marginals(model, key) -> Marginals`` (its algorithm, for a model that
+    is not causal unless the engine declares ``native_causal``) and class flags. The
+    protocol around it: the model type is checked (``IsingTypeError``), a key is required
+    exactly when ``needs_key`` (``IsingInputError`` when missing, then
+    :func:`isingattn.prng.check_key`), causal models go through
+    :class:`isingattn.causal.CausalBuckets` unless ``native_causal``, ``_marginals`` runs
+    under ``eqx.filter_jit`` (unless ``jit`` is False: an engine that calls the host), and
+    each ``(flag, category)`` of ``warn_flags`` that is False for some model warns, with
+    ``_warning``'s message, when the flags are concrete.
 
     Configuration lives in static fields, so engines are hashable and can sit in a
     model config. Engines use ``IsingModel``'s energy; none re-implements it.
@@ -27,10 +48,73 @@ class Engine(eqx.Module):
     """
 
     exact: ClassVar[bool] = False
+    needs_key: ClassVar[bool] = False  # a sampler: marginals needs a PRNG key
+    native_causal: ClassVar[bool] = False  # _marginals solves causal models itself (else: CausalBuckets)
+    jit: ClassVar[bool] = True  # _marginals is traced under eqx.filter_jit (False: it calls the host)
+    warn_flags: ClassVar[tuple] = (("converged", ConvergenceWarning),)  # info flags that warn when False
+    spin_info: ClassVar[tuple] = ()  # info entries with a trailing spin axis (NaN-padded across causal buckets)
+
+    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
+        """Spin statistics of ``model`` (batch ``[...]``, ``n`` spins): ``mean [..., n]`` (0 on
+        inactive spins) and what the engine adds (``corr``, ``log_z``, ``samples``, ``info``).
+        ``key`` (a JAX PRNG key) is required by sampling engines and ignored by the others."""
+        model, key = self._checked(model, key)
+        engine = self._prepare(model)
+        run = engine
+        if model.causal and not engine.native_causal:
+            from isingattn.causal import CausalBuckets  # causal.py builds on this module
+
+            run = CausalBuckets(engine)
+        out = jit_call(run, "_marginals", model, key) if run.jit else run._marginals(model, key)
+        engine._warn(out.info)
+        return out
+
+    def _checked(self, model, key, method: str = "marginals"):
+        """The protocol's input checks: ``(model, key)``, the key as one threefry key (None
+        for an engine that does not sample). ``method`` names the caller in messages."""
+        name = type(self).__name__
+        if not isinstance(model, IsingModel):
+            raise IsingTypeError(f"{name}.{method}: model must be an isingattn.IsingModel; got {type(model).__name__}. "
+                                 "Build one with IsingModel(h, J, beta).")
+        if not self.needs_key:
+            return model, None
+        if key is None:
+            raise IsingInputError(f"{name}.{method}: {name} samples, so it needs a PRNG key; got key=None. "
+                                  "Pass key=jax.random.key(0) (the same key gives the same result).")
+        return model, check_key(key, owner=name)
+
+    def _prepare(self, model: IsingModel) -> "Engine":
+        """Host-side work on the model before tracing (eager checks of concrete values, a
+        colouring of ``J``): the engine to run. Default: ``self``."""
+        return self
 
     @abc.abstractmethod
-    def marginals(self, model: IsingModel, *, key: Optional[jax.Array] = None) -> Marginals:
-        ...
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
+        """The algorithm: checked ``model`` (not causal unless ``native_causal``), ``key`` a
+        threefry key or None."""
+
+    def _warning(self, flag: str, info: dict, bad: int, total: int) -> str:
+        """The message of a warning for ``info[flag]`` False in ``bad`` of ``total`` models."""
+        return (f"{type(self).__name__}: info[{flag!r}] is False for {bad} of {total} model(s); "
+                "their results are not trustworthy.")
+
+    def _warn(self, info: dict) -> None:
+        """One warning per flag of ``warn_flags`` that is False for some model, when concrete."""
+        for flag, category in self.warn_flags:
+            ok = info.get(flag)
+            if ok is None or _is_traced(ok):
+                continue
+            ok = np.asarray(ok)
+            if not ok.all():
+                warnings.warn(self._warning(flag, info, int((~ok).sum()), ok.size), category, stacklevel=5)  # the caller of marginals (each method call adds equinox's wrapper frame)
+
+
+@eqx.filter_jit
+def jit_call(engine: Engine, method: str, model: IsingModel, key):
+    """``engine.<method>(model, key)`` compiled: the one jit arrangement of the engines
+    (once per engine configuration, method, model structure, i.e. shapes, dtypes, mask
+    and causal, and key kind)."""
+    return getattr(engine, method)(model, key)
 
 
 _REGISTRY: dict[str, type] = {}

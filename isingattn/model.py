@@ -19,6 +19,12 @@ def _is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
+def causal_mask(n_queries: int, n_keys: Optional[int] = None) -> jax.Array:
+    """``[n_queries, n_keys]`` bool, True where query ``i`` sees spin (key) ``j ≤ i``: the one
+    place the causal mask is built (``IsingModel.active``, causal buckets, attention)."""
+    return jnp.tril(jnp.ones((n_queries, n_queries if n_keys is None else n_keys), bool))
+
+
 _EXPECTED = {"h": "array-like of real numbers (fields), shape [..., n]",
              "J": "array-like of real numbers (couplings), shape [..., n, n]",
              "beta": "a positive real number (the inverse temperature)",
@@ -66,9 +72,9 @@ class IsingModel(eqx.Module):
         mask: optional boolean ``[..., n]``; ``False`` removes a spin from the model
             (its field and couplings count as zero, its marginal is reported as 0).
         causal: if True, the last batch axis indexes queries ``i = 0..n-1`` and query
-            ``i`` sees only spins ``0..i`` (combined with ``mask``). Exact, Gibbs, SQA
-            and DQA use this to solve each bucket of prefixes on its own spins
-            (:mod:`isingattn.causal`).
+            ``i`` sees only spins ``0..i`` (combined with ``mask``). ``Engine.marginals``
+            solves each bucket of prefixes on its own spins (:mod:`isingattn.causal`)
+            for every engine without a native causal path (Banded has one).
         labels: optional hashable variable labels (kept by BQM/networkx round trips).
 
     Inputs are validated at construction: eagerly when concrete, and with
@@ -168,7 +174,7 @@ class IsingModel(eqx.Module):
         """Boolean ``[..., n]`` of active spins (mask and causal prefix), or None if all are active."""
         act = self.mask
         if self.causal:
-            tri = jnp.tril(jnp.ones((self.n, self.n), dtype=bool))  # (query i, spin j): j <= i
+            tri = causal_mask(self.n)  # (query i, spin j): j <= i
             act = tri if act is None else act & tri
         return act
 

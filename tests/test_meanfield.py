@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel, boltzmann_attention
-from isingattn.errors import IsingInputError
+from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.inference import get
 from isingattn.inference.exact import Exact
 from isingattn.inference.meanfield import METHODS, MeanField, MeanFieldConvergenceWarning
@@ -290,5 +290,5 @@ def test_registry_names_and_config_errors():
         MeanField(max_iter=0)
     with pytest.raises(IsingInputError, match="tol"):
         MeanField(tol=-1.0)
-    with pytest.raises(IsingInputError, match="IsingModel"):
+    with pytest.raises(IsingTypeError, match="IsingModel"):  # a wrong type (one check, every engine)
         MeanField().marginals(np.zeros(3))

@@ -29,6 +29,7 @@ from numpyro.diagnostics import effective_sample_size
 import isingattn
 from isingattn import IsingInputError, IsingModel, IsingTypeError
 from isingattn.energy import energy
+from isingattn.engine import ConvergenceWarning
 from isingattn.inference import Exact
 from isingattn.inference.sqa import SQA, SQASampler, sqa_init, sqa_sweep, trotter_coupling
 from isingattn.testing import all_spins, brute_force, random_model
@@ -236,7 +237,7 @@ def test_frozen_reads_are_not_converged(dtype):
     eng = SQA(num_reads=1, num_sweeps=200, thermal_sweeps=64)
     model = IsingModel(jnp.asarray(h, dtype), jnp.asarray(J, dtype), 1.0)
     for seed in range(3):
-        with pytest.warns(UserWarning, match="kept one value"):
+        with pytest.warns(ConvergenceWarning, match="kept one value"):
             out = eng.marginals(model, key=jax.random.PRNGKey(seed))
         assert np.all(np.abs(np.asarray(out.mean)) == 1)  # one frozen read: ±1, not an estimate of ref
         assert not bool(out.info["converged"]) and np.isnan(float(out.info["rhat_energy"]))
@@ -270,7 +271,7 @@ def test_engine_warns_and_flags_an_unconverged_tail(monkeypatch):
 
     monkeypatch.setattr(sqa_mod, "sqa_sample", stub)
     m = IsingModel(jnp.zeros((2, 3)), jnp.zeros((3, 3)))
-    with pytest.warns(UserWarning, match="R-hat"):
+    with pytest.warns(ConvergenceWarning, match="R-hat"):
         out = SQA(num_reads=4).marginals(m, key=jax.random.PRNGKey(0))
     assert out.info["converged"].shape == (2,) and not bool(out.info["converged"].any())
     np.testing.assert_array_equal(out.mean, 1.0)
