@@ -130,12 +130,20 @@ def register(name: str) -> Callable[[type], type]:
     return deco
 
 
+def _load_builtins() -> None:
+    """The built-in engines register themselves when ``isingattn.inference`` is imported;
+    the registry imports it on first use, so the package itself needs no import for it."""
+    import isingattn.inference  # noqa: F401
+
+
 def available() -> list[str]:
     """Names of the registered engines."""
+    _load_builtins()
     return sorted(_REGISTRY)
 
 
 def _lookup(name) -> Callable[..., Engine]:
+    _load_builtins()
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):  # TypeError: an unhashable name (e.g. a list from JSON)

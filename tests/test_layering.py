@@ -12,3 +12,12 @@ def test_core_library_imports_nothing_from_the_application_layer():
             "print(bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_package_does_not_import_its_engines_to_register_them():
+    code = ("import sys, isingattn\n"
+            "print(sorted(m for m in sys.modules if m.startswith('isingattn.inference')))\n"
+            "from isingattn.engine import get\n"
+            "print(type(get('exact')).__name__, type(isingattn.inference.get('gibbs')).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "Exact Gibbs"], out
