@@ -306,8 +306,8 @@ def test_inside_jit_and_boltzmann_attention_training():
         out, w = boltzmann_attention(q, k, v, J, variant="hJ", engine=engine, causal=True, key=key)
         return jnp.sum(out**2), w
 
+    # the gradient's values against Exact: test_conformance::test_gradients_through_boltzmann_attention_agree_with_exact
     (val, w), g = jax.value_and_grad(loss, has_aux=True)(J0, jax.random.PRNGKey(0))
-    assert np.isfinite(val) and np.all(np.isfinite(g)) and np.any(g != 0)
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)
     assert np.all(np.asarray(w)[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0)
 

@@ -278,7 +278,8 @@ def test_engine_warns_and_flags_an_unconverged_tail(monkeypatch):
 
 
 def test_trains_inside_boltzmann_attention():
-    """jit(value_and_grad) through boltzmann_attention with the SQA engine: finite values."""
+    """jit(value_and_grad) through boltzmann_attention with the SQA engine: the J-gradient is
+    symmetric and nonzero (its values against Exact: test_conformance, per engine)."""
     rng = np.random.default_rng(2)
     B, H, T, d = 2, 2, 4, 3
     q, k, v = (jnp.asarray(rng.normal(size=(B, H, T, d))) for _ in range(3))
@@ -291,7 +292,6 @@ def test_trains_inside_boltzmann_attention():
         return jnp.sum(out**2)
 
     val, (gJ, gq) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(J, q, jax.random.PRNGKey(0))
-    assert np.isfinite(val) and np.all(np.isfinite(gJ)) and np.all(np.isfinite(gq))
     np.testing.assert_allclose(gJ, np.swapaxes(gJ, -1, -2), atol=1e-12)  # symmetric couplings, symmetric gradient
     assert np.any(np.asarray(gJ) != 0)
 
