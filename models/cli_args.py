@@ -1,0 +1,229 @@
+"""Argument types and the checks the ``isingattn`` command runs before any work: each bad
+value becomes one line that names the option, the value and the fix (exit status 2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+
+
+# -- argument types: argparse turns an ArgumentTypeError into "argument --x: <message>" ---------------------------
+
+def _int_at_least(lo: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo:
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+_positive_int = _int_at_least(1, "a positive integer")
+_nonnegative_int = _int_at_least(0, "an integer ≥ 0")
+
+
+def _float_check(what: str, ok):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and ok(value)):
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+_positive_float = _float_check("a finite number > 0", lambda v: v > 0)
+_nonnegative_float = _float_check("a finite number ≥ 0", lambda v: v >= 0)
+
+
+def _bracket_length(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value % 2 or value < 2:
+        raise argparse.ArgumentTypeError(f"must be an even integer ≥ 2 (a balanced bracket string has even length); "
+                                         f"got {text!r}")
+    return value
+
+
+def _names(text: str) -> tuple:
+    """'a, b,c' -> ('a', 'b', 'c')."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _variant_list(text: str) -> tuple:
+    from isingattn.attention import VARIANTS
+
+    names = _names(text)
+    bad = [v for v in names if v not in VARIANTS]
+    if not names or bad:
+        got = f"unknown variant(s) {', '.join(map(repr, bad))}" if bad else f"no variant in {text!r}"
+        raise argparse.ArgumentTypeError(f"{got}; give a comma-separated list of {', '.join(VARIANTS)}")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"lists a variant twice ({text!r}); give each at most once")
+    return names
+
+
+def _parse_kw(text: str) -> dict:
+    """'num_samples=200,schedule=colored' -> {'num_samples': 200, 'schedule': 'colored'}."""
+    from isingattn.errors import IsingInputError
+
+    out = {}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise IsingInputError(f"--engine-kw expects key=value pairs separated by commas, e.g. "
+                                  f"num_samples=200,num_chains=4; got {item!r}.")
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v.strip()
+    return out
+
+
+# -- checks that need more than one option, run before anything is loaded or trained ----------------------------
+
+def _error(message: str):
+    from isingattn.errors import IsingInputError
+
+    return IsingInputError(message)
+
+
+def _check_writable(path: str, option: str, *, is_file: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any work starts: probe the
+    folder (or the nearest existing ancestor it would be created in) with a temporary file."""
+    folder = os.path.dirname(os.path.abspath(path)) if is_file else os.path.abspath(path)
+    if is_file and os.path.isdir(path):
+        raise _error(f"{option} {path!r} is a folder; give a file path.")
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise _error(f"{option} {path!r} cannot be created: {probe!r} is a file, not a folder. "
+                     f"Choose another {option}.")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".isingattn-probe-"):
+            pass
+    except OSError as e:
+        raise _error(f"{option} {path!r} is not writable ({e.strerror} in {probe!r}); choose another {option} "
+                     "or fix the folder's permissions.") from None
+
+
+def _engine_from_args(name: str, kw_text: str, option: str = "--engine"):
+    from isingattn.errors import IsingInputError, IsingTypeError
+    from isingattn.inference import get
+
+    kw = _parse_kw(kw_text)
+    given = f"{option} {name}" + (f" --engine-kw {kw_text}" if kw else "")
+    try:
+        engine = get(name, **kw)
+    except (IsingInputError, IsingTypeError) as e:
+        raise _error(f"{given}: {e}") from None
+    sample_kwargs = dict(getattr(engine, "sample_kwargs", ()))
+    if sample_kwargs:  # a dimod sampler's own parameters: only the sampler can check them, so try one read
+        import dimod
+
+        try:
+            engine.sampler.sample(dimod.BinaryQuadraticModel({0: 0.0}, {}, 0.0, "SPIN"), num_reads=1,
+                                  **sample_kwargs)
+        except Exception as e:  # any sampler's refusal, which would otherwise surface mid-training
+            raise _error(f"{given}: {type(engine.sampler).__name__} refused these settings "
+                         f"({type(e).__name__}: {e}).") from None
+    return engine, kw
+
+
+def _dyck_words(T: int, depth: int, types: int) -> int:
+    """How many distinct bracket strings of length T, nesting ≤ depth, ``types`` kinds exist."""
+    ways = [1] + [0] * depth  # ways[d]: prefixes ending at depth d
+    for _ in range(T):
+        ways = [(ways[d - 1] if d else 0) + (ways[d + 1] if d < depth else 0) for d in range(depth + 1)]
+    return ways[0] * types ** (T // 2)
+
+
+def _check_train_args(args) -> None:
+    """Every option of ``train`` that argparse's types cannot check alone."""
+    engine, _ = _engine_from_args(args.engine, args.engine_kw)
+    coupled = [v for v in args.variants if v in ("hJ", "J")]
+    max_n = getattr(engine, "max_n", None)
+    if coupled and isinstance(max_n, int) and args.seq_len > max_n:
+        raise _error(f"--seq-len {args.seq_len} exceeds what --engine {args.engine} solves for the {'/'.join(coupled)} "
+                     f"variant(s): at most {max_n} spins (its max_n). Use --seq-len ≤ {max_n}, --engine banded with "
+                     "--J-param banded --J-band 8, or an approximate engine (gibbs, sqa, meanfield-bp).")
+    if args.d_model % args.heads:
+        raise _error(f"--heads {args.heads} must divide --d-model {args.d_model}; pick --heads among the divisors of "
+                     f"{args.d_model}.")
+    if args.J_param == "banded" and args.J_band is None:
+        raise _error("--J-param banded needs --J-band, the largest coupled distance, e.g. --J-band 8.")
+    if args.J_param == "full" and args.J_band is not None:
+        raise _error(f"--J-band {args.J_band} applies to --J-param banded or toeplitz; a full J has no band.")
+    if args.devices is not None:
+        import jax
+
+        if args.devices > len(jax.devices()):
+            raise _error(f"--devices {args.devices}: only {len(jax.devices())} device(s) are visible to JAX. "
+                         "On CPU, fake devices come from XLA_FLAGS=--xla_force_host_platform_device_count=N.")
+        if args.batch_size % args.devices:
+            raise _error(f"--batch-size {args.batch_size} must be a multiple of --devices {args.devices}.")
+    data = getattr(args, "data", None)
+    if data is not None and not os.path.isfile(data):
+        raise _error(f"--data {data}: no such file; pass the Tiny Shakespeare input.txt, or leave --data out to use "
+                     "$ISINGATTN_DATA, the cache or a verified download.")
+    if args.task == "brackets":
+        from isingattn.models.brackets import BRACKETS
+
+        if args.types > len(BRACKETS):
+            raise _error(f"--types {args.types}: there are {len(BRACKETS)} bracket kinds ({BRACKETS}); "
+                         f"use --types 1..{len(BRACKETS)}.")
+        depth = args.seq_len // 2 if args.depth is None else min(args.depth, args.seq_len // 2)
+        distinct = min(_dyck_words(args.seq_len, depth, args.types), 2 * (args.n_train + args.n_test))
+        if int(0.2 * distinct) < 1:  # brackets.make_data holds out at most 20% of the distinct strings
+            raise _error(f"--seq-len {args.seq_len} --types {args.types} (--depth {depth}, --n-train {args.n_train}, "
+                         f"--n-test {args.n_test}) yields at most {distinct} distinct bracket string(s), too few "
+                         "for a held-out test set (at most 20% are held out); use a longer --seq-len, more --types, "
+                         "or a larger --n-train.")
+
+
+def _cell_from_args(args, task: str):
+    from isingattn.models.experiments import Cell
+
+    extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test) if task == "brackets" else {}
+    cell = Cell(task, task, args.seq_len, variants=args.variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
+                engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
+                batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads,
+                eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band,
+                weight_decay_on=args.weight_decay_on, **extra)
+    vocab = 2 * args.types if task == "brackets" else 1  # the vocabulary does not change what is valid
+    for v in cell.variants:  # build every model config now: its checks run before any data is loaded
+        cell.config(v, vocab)
+    cell.train_config()
+    return cell
+
+
+def _check_reproduce_args(args) -> None:
+    """``reproduce``'s names against the grid, and its output folder, before any cell runs."""
+    from isingattn.models.experiments import grid
+
+    root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
+    _check_writable(root, "--out")
+    if args.report_only:
+        return
+    cells = grid(args.quick)
+    for option, value, attr in (("--only", args.only, "part"), ("--seq-len", args.seq_len, "seq_len"),
+                                ("--engine", args.engine, "engine")):
+        valid = sorted({getattr(c, attr) for c in cells})
+        if value is not None and value not in valid:
+            raise _error(f"{option} {value}: the {'quick ' if args.quick else ''}grid has no such cell; "
+                         f"choose one of {', '.join(map(str, valid))}.")
