@@ -95,21 +95,29 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from isingattn.inference.dqa_calibration import calibrate_scales, representable_range
+from isingattn.inference.dqa_circuit import (  # noqa: F401  (kernel moved; names kept importable here)
+    CALIBRATE_FROM,
+    MAX_N,
+    Schedule,
+    _check_config,
+    _measure,
+    evolve,
+    fast_anneal_theory,
+    flip_energy_sum,
+    kappa,
+    schedule_coefficients,
+)
+from isingattn.inference.pseudolikelihood import PLFit, pseudo_likelihood_beta
 from jax.scipy.special import logsumexp
 
 from isingattn.energy import coupling_energy, field_energy, spin_table, spins_from_index
 from isingattn.engine import ConvergenceWarning, Engine, jit_call, register
 from isingattn.errors import TooManySpinsError
 from isingattn.fluctuation import sample_marginals
-from isingattn.inference.dqa_calibration import calibrate_scales, representable_range
-from isingattn.inference.pseudolikelihood import PLFit, pseudo_likelihood_beta
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 from isingattn.validate import plain
-from isingattn.inference.dqa_circuit import (  # noqa: F401  (kernel moved; names kept importable here)
-    CALIBRATE_FROM, MAX_N, Schedule, _check_config, _measure, evolve, fast_anneal_theory, flip_energy_sum, kappa,
-    schedule_coefficients,
-)
 
 __all__ = ["DQA", "DQASampler", "PLFit", "evolve", "flip_energy_sum", "kappa", "pseudo_likelihood_beta",
            "schedule_coefficients", "fast_anneal_theory", "spins_from_index", "representable_range",
