@@ -51,30 +51,41 @@ models mix slowly (single-spin moves): check ``info["r_hat"]`` / ``info["ess"]``
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, NamedTuple, Optional, Sequence
+from typing import ClassVar, Optional
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from isingattn.inference.coloring import SCHEDULES, _index_classes, color_classes, schedule_classes  # noqa: F401
+from isingattn.inference.gibbs_kernel import (  # noqa: F401  (kernel moved; names kept importable here)
+    SWEEP_BLOCK,
+    GibbsInfo,
+    GibbsState,
+    _class_table,
+    _spin_major,
+    _systematic_sweep_t,
+    _update_block,
+    gibbs_sweep,
+    init_spins,
+    sweep_thresholds,
+    sweep_with_thresholds,
+)
 from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
 from isingattn.diagnostics import effective_sample_size, field_pinned, mcse, split_gelman_rubin
 from isingattn.diagnostics import is_constant as _is_constant
-from isingattn.energy import local_field, local_field_rows
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
-from isingattn.inference.coloring import SCHEDULES, _index_classes, color_classes, schedule_classes  # noqa: F401
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 # Spins per block of the systematic scan (see gibbs_sweep). Measured on a 2-core CPU,
 # dense n = 64, 256 chains, float32: b = 2: 46, 4: 57, 8: 41 M updates/s (sweep
 # alone); b = 16 is slower still (XLA splits the unrolled block update).
-SWEEP_BLOCK = 4
 NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
 
 __all__ = [
@@ -97,187 +108,6 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------
 # The pure kernel
-# ---------------------------------------------------------------------------------
-
-
-class GibbsState(NamedTuple):
-    """State of a batch of chains.
-
-    spins: ``[..., n]`` in {-1, +1}; 0 marks an inactive (masked) spin, which the
-        kernel never changes. Leading axes are any mix of chains and models; ``h``
-        and ``J`` broadcast against them.
-    """
-
-    spins: jax.Array
-
-
-class GibbsInfo(NamedTuple):
-    """Diagnostics of one sweep.
-
-    flip_rate: ``[...]``, the fraction of active spins that changed sign. A
-        heat-bath update is always accepted, so this is the analogue of an
-        acceptance rate: near 0 means the chain is frozen.
-    """
-
-    flip_rate: jax.Array
-
-
-def _class_table(classes, n: int):
-    """Padded ``[K, m]`` index table and validity mask of the update classes."""
-    if classes is None:
-        return np.arange(n, dtype=np.int32)[:, None], np.ones((n, 1), bool)
-    m = max(len(c) for c in classes)
-    # Pad with the class's own first index: reads of a duplicate are harmless and its
-    # update is multiplied by valid = False, so scatter-adds of duplicates add 0.
-    idx = np.array([list(c) + [c[0]] * (m - len(c)) for c in classes], dtype=np.int32)
-    valid = np.array([[True] * len(c) + [False] * (m - len(c)) for c in classes])
-    return idx, valid
-
-
-def _update_block(G, t, s, J_in):
-    """Heat-bath updates of ``b`` consecutive spins, in order, for every chain and model
-    (spin-major: the block's spins on axis 0).
-
-    G: ``[b, ...]`` their local fields with the block's OLD spins; t: ``[b, ...]``
-    thresholds from :func:`sweep_thresholds`; s: ``[b, ...]`` old spins (0 = inactive,
-    kept 0); J_in: ``[b, b, ...]`` couplings inside the block. Returns the new spins.
-
-    Spin ``i`` sees the spins ``j < i`` of the block already updated:
-    ``f_i = G_i + Σ_{j<i} J_ij (s_j' - s_j)``. Unrolled, this is ONE elementwise XLA
-    fusion over chains and models (b(b-1)/2 multiply-adds each); up to b = 8 XLA keeps
-    it one fusion, at b = 16 it splits it and recomputes (measured).
-    """
-    new, d = [], []
-    for i in range(G.shape[0]):
-        f = G[i]
-        for j in range(i):
-            f = f + J_in[i, j] * d[j]
-        a = jnp.abs(s[i])
-        new.append(jnp.where(f > t[i], a, -a))
-        d.append(new[i] - s[i])
-    return jnp.stack(new)
-
-
-def _spin_major(h, J, r: int, chains_last: bool = False):
-    """``h``, ``J`` for :func:`_systematic_sweep_t`, for spins ``[n, *batch]`` with ``r``
-    batch axes (``[n, *batch, C]`` with ``chains_last``): ``h_t [n, *batch']`` and
-    ``J_t`` ``[n, n]`` when one ``J`` serves every chain and model (block fields are
-    then plain GEMMs), else ``[n, n, *batch']``; size 1 where shared."""
-    n = J.shape[-1]
-    h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
-    h_t = jnp.moveaxis(h, -1, 0)
-    if all(d == 1 for d in J.shape[:-2]):
-        J_t = J.reshape(n, n)
-    else:
-        J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)
-        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))
-        J_t = J_t[..., None] if chains_last else J_t
-    return (h_t[..., None] if chains_last else h_t), J_t
-
-
-def _systematic_sweep_t(t_t, s_t, h_t, J_t):
-    """The systematic scan ``0..n-1``, ``SWEEP_BLOCK`` spins at a time, in spin-major
-    layout: ``t_t, s_t [n, ...]`` (thresholds, spins; chains and models trailing, so a
-    block's rows are contiguous over all of them), ``h_t, J_t`` from :func:`_spin_major`.
-
-    Per block, one GEMM gives the block's fields from the CURRENT spins (recomputed
-    exactly, so no rounding drift builds up), then :func:`_update_block`. Returns the
-    new spins ``[n, ...]``."""
-    n = s_t.shape[0]
-    b = min(SWEEP_BLOCK, n)
-    K, rem = divmod(n, b)
-    split = lambda x: x[: K * b].reshape((K, b) + x.shape[1:])  # leading axis: block
-    J_in = jnp.stack([J_t[k * b : (k + 1) * b, k * b : (k + 1) * b] for k in range(K)])  # [K, b, b, ...]
-
-    def block(s_t, x):
-        k, h_k, J_k, Jin_k, t_k = x
-        G = local_field_rows(h_k, J_k, s_t)  # [b, ...]
-        old = lax.dynamic_slice_in_dim(s_t, k * b, b, axis=0)
-        return lax.dynamic_update_slice_in_dim(s_t, _update_block(G, t_k, old, Jin_k), k * b, axis=0), None
-
-    s_t, _ = lax.scan(block, s_t, (jnp.arange(K), split(h_t), split(J_t), J_in, split(t_t)))
-    if rem:  # the last n % b spins: one more, smaller block
-        G = local_field_rows(h_t[K * b :], J_t[K * b :], s_t)
-        tail = _update_block(G, t_t[K * b :], s_t[K * b :], J_t[K * b :, K * b :])
-        s_t = lax.dynamic_update_slice_in_dim(s_t, tail, K * b, axis=0)
-    return s_t
-
-
-def sweep_thresholds(key, shape, dtype, beta):
-    """The noise of one sweep: ``logistic / 2β``, ``[*shape]``. Spin ``i`` becomes +1
-    iff its local field exceeds its threshold, which happens with probability
-    ``sigmoid(2β f_i)``: the heat-bath rule, with no transcendental in the sweep."""
-    return prng.logistic(key, shape, dtype) * (0.5 / jnp.asarray(beta, dtype))
-
-
-def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[Sequence[int]]] = None):
-    """One heat-bath sweep: every active spin is resampled once from its conditional
-    ``p(s_i = +1 | rest) = sigmoid(2β (h_i + Σ_j J_ij s_j))``.
-
-    Args:
-        key: PRNG key (one key for the whole array of chains given).
-        state: :class:`GibbsState` with spins ``[..., n]``.
-        h: fields ``[..., n]``, J: couplings ``[..., n, n]`` (symmetric, zero
-            diagonal), both broadcast against ``state.spins``; beta: scalar > 0.
-        classes: static sequence of index sequences partitioning ``range(n)``,
-            visited in order; spins of one class are updated in parallel and must
-            be pairwise uncoupled. ``None``: systematic scan ``0, 1, ..., n-1``.
-
-    Returns:
-        ``(GibbsState, GibbsInfo)``. Cost ``O(n²)`` per model: for the systematic
-        scan, ``n / SWEEP_BLOCK`` field GEMMs plus one small fusion per block; for
-        classes, one field GEMM and an ``O(n · |class|)`` update per class.
-    """
-    t = sweep_thresholds(key, state.spins.shape, state.spins.dtype, beta)
-    return sweep_with_thresholds(t, state, h, J, classes)
-
-
-def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
-    """:func:`gibbs_sweep` with its noise given: ``t [..., n]`` from :func:`sweep_thresholds`
-    (so that a run can draw the noise of many sweeps at once)."""
-    s = state.spins
-    n, r = s.shape[-1], s.ndim - 1
-    dtype = s.dtype
-    J = jnp.asarray(J, dtype)
-    J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)  # batch axes aligned with the spins'
-    h = jnp.asarray(h, dtype)
-
-    if classes is None:
-        h_t, J_t = _spin_major(h, J, r)
-        new = jnp.moveaxis(_systematic_sweep_t(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h_t, J_t), 0, -1)
-    else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
-        field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
-        # Spin-major layout [n, ...]: a class's fields, thresholds and coupling rows
-        # are leading-axis gathers.
-        s_t, f_t, t_t = (jnp.moveaxis(x, -1, 0) for x in (s, field, t))
-        a_t = jnp.abs(s_t)  # 1 active, 0 inactive (held at 0)
-        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [i, k, *batch]: row i of J, over spins k
-        idx, valid = _class_table(classes, n)
-        pad = (slice(None),) + (None,) * r
-
-        def step(carry, cls):
-            s_t, f = carry
-            i, ok = cls  # [m] indices of the class, [m] validity
-            new = jnp.where(f[i] > t_t[i], a_t[i], -a_t[i])
-            d = (new - s_t[i]) * ok.astype(dtype)[pad]  # [m, ...]: 0 or ±2; 0 for padding
-            return (s_t.at[i].add(d), f + jnp.einsum("mk...,m...->k...", J_t[i], d)), None
-
-        (new_t, _), _ = lax.scan(step, (s_t, f_t), (jnp.asarray(idx), jnp.asarray(valid)))
-        new = jnp.moveaxis(new_t, 0, -1)
-    rate = 0.5 * jnp.abs(new - s).sum(-1) / jnp.maximum(jnp.abs(s).sum(-1), 1)
-    return GibbsState(new), GibbsInfo(rate)
-
-
-def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
-    """Uniformly random ±1 spins of ``shape`` (``[..., n]``); inactive spins are 0."""
-    s = jax.random.rademacher(key, shape, dtype=dtype)
-    if active is not None:
-        s = jnp.where(active, s, jnp.zeros((), dtype))
-    return GibbsState(s)
-
-
-# ---------------------------------------------------------------------------------
-# Chains (shared by the engine and the MCMC kernel)
 # ---------------------------------------------------------------------------------
 
 
