@@ -13,7 +13,6 @@ import csv
 import dataclasses
 import glob
 import json
-import math
 import os
 import time
 from typing import Optional
@@ -21,6 +20,7 @@ from typing import Optional
 import jax
 
 from isingattn import atomic
+from isingattn import validate as V
 from isingattn.engine import get
 from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models import brackets, shakespeare
@@ -71,19 +71,17 @@ class Cell:
         if unknown:
             raise IsingInputError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}.")
         for name in ("seeds", "steps", "batch_size", "d_model", "heads", "eval_every", "types", "n_train", "n_test"):
-            _positive_int(name, getattr(self, name))
+            V.positive_int(name, getattr(self, name), owner="Cell")
         for name in ("depth", "J_band"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                V.positive_int(name, getattr(self, name), owner="Cell")
         low = 2 if self.task == "brackets" else 1
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < low or (
                 self.task == "brackets" and self.seq_len % 2):
             need = "an even integer >= 2 (a bracket string has as many closers as openers)" \
                 if self.task == "brackets" else "an integer >= 1"
             raise IsingInputError(f"seq_len must be {need} for {self.task}; got {self.seq_len!r}.")
-        if not (isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool) and math.isfinite(self.lr)
-                and self.lr > 0):
-            raise IsingInputError(f"lr must be a finite number > 0; got {self.lr!r}.")
+        V.positive_float("lr", self.lr, owner="Cell")
 
     @property
     def name(self) -> str:
@@ -102,11 +100,6 @@ class Cell:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, eval_every=self.eval_every,
                            eval_limit=2048 if self.task == "shakespeare" else None,
                            weight_decay_on=self.weight_decay_on)
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise IsingInputError(f"{name} must be a positive integer; got {value!r}.")
 
 
 GRID_DECAY = "all"

@@ -24,6 +24,7 @@ import optax
 from tqdm.auto import tqdm
 
 from isingattn import atomic, checkpoint
+from isingattn import validate as V
 from isingattn.errors import IsingInputError, RunFolderError, TrainingDivergedError
 from isingattn.models.saved import config_to_dict
 from isingattn.models.transformer import Config, Transformer
@@ -52,13 +53,13 @@ class TrainConfig:
         if self.weight_decay_on not in DECAY_ON:
             raise IsingInputError(f"weight_decay_on must be one of {', '.join(DECAY_ON)}; got {self.weight_decay_on!r}.")
         for name in ("steps", "batch_size", "eval_every", "eval_batch"):
-            _check_int(name, getattr(self, name), low=1)
-        _check_int("warmup", self.warmup, low=0)
+            V.positive_int(name, getattr(self, name), owner="TrainConfig")
+        V.nonneg_int("warmup", self.warmup, owner="TrainConfig")
         if self.eval_limit is not None:
-            _check_int("eval_limit", self.eval_limit, low=1)
-        for name, low in (("lr", 0.0), ("grad_clip", 0.0)):
-            _check_float(name, getattr(self, name), positive=True)
-        _check_float("weight_decay", self.weight_decay, positive=False)
+            V.positive_int("eval_limit", self.eval_limit, owner="TrainConfig")
+        for name in ("lr", "grad_clip"):
+            V.positive_float(name, getattr(self, name), owner="TrainConfig")
+        V.float_in("weight_decay", self.weight_decay, 0.0, owner="TrainConfig")
 
 
 DECAY_ON = ("matrices", "matrices+J", "all")
@@ -74,17 +75,6 @@ def decay_mask(params, weight_decay_on: str):
         return x.ndim >= 2
 
     return jax.tree_util.tree_map_with_path(leaf, params)
-
-
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise IsingInputError(f"{name} must be an integer >= {low}; got {value!r}.")
-
-
-def _check_float(name, value, positive):
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or (value <= 0 if positive else value < 0):
-        raise IsingInputError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}; got {value!r}.")
 
 
 def masked_xent(logits, targets):
