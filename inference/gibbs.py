@@ -26,13 +26,10 @@ How a sweep is computed (each step measured on CPU, dense n = 64, 256 chains):
   ``f_i > logit(u_i) / 2β``: the logistic noise of whole sweeps is drawn in bulk
   (:mod:`isingattn.prng`, fused Threefry), and the sequential part only compares.
 * Dense ``J`` allows no parallel updates within a chain, so the systematic scan is
-  sequential; its parallelism is over chains and models. It goes ``SWEEP_BLOCK``
-  spins at a time in spin-major layout ``[n, chains·models]``: one GEMM gives a
-  block's fields from the current spins, then one small fusion updates the block's
-  spins in order (the couplings inside the block are applied as each spin changes).
-  This is ``n / SWEEP_BLOCK`` GEMMs and fusions per sweep instead of ``n`` rank-1
-  updates of the ``[n, chains]`` field matrix (2x the spin-update rate), and the
-  fields are exact at every block (no drift from incremental updates).
+  sequential; its parallelism is over chains and models. It is the skeleton shared
+  with SQA (:mod:`isingattn.inference.sweep`): ``SWEEP_BLOCK`` spins at a time in
+  spin-major layout, one GEMM for a block's exact fields, then the heat-bath block
+  update (:func:`heat_bath_update`); 2x the spin-update rate of ``n`` rank-1 updates.
 
 Randomness: one key per chain (``random.split(key, num_chains)``, as ``MCMC``
 does); a chain splits its key once for its initial state and once per sweep.
@@ -63,10 +60,8 @@ from isingattn.inference.gibbs_kernel import (  # noqa: F401  (kernel moved; nam
     GibbsInfo,
     GibbsState,
     _class_table,
-    _spin_major,
-    _systematic_sweep_t,
-    _update_block,
     gibbs_sweep,
+    heat_bath_update,
     init_spins,
     sweep_thresholds,
     sweep_with_thresholds,
@@ -83,9 +78,6 @@ from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
-# Spins per block of the systematic scan (see gibbs_sweep). Measured on a 2-core CPU,
-# dense n = 64, 256 chains, float32: b = 2: 46, 4: 57, 8: 41 M updates/s (sweep
-# alone); b = 16 is slower still (XLA splits the unrolled block update).
 NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
 
 __all__ = [
@@ -139,9 +131,9 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     noise of ``IsingGibbsKernel`` run as chain ``c`` of a vectorized ``MCMC``.
 
     The chains are a batch axis of one state (not a ``vmap``), so each block of the
-    systematic scan is one GEMM over every chain and model; that scan keeps the whole
-    run in spin-major layout ``[n, *batch, C]``, in which the noise is also drawn (no
-    transposes per sweep).
+    systematic scan is one GEMM over every chain and model. Each sweep is the public
+    kernel :func:`sweep_with_thresholds` (what :func:`gibbs_sweep` runs), given noise
+    drawn for ``NOISE_CHUNK`` sweeps at once.
 
     Args:
         shape: ``(*batch, n)``, the spin shape of one chain.
@@ -153,24 +145,11 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     burn = num_warmup + num_samples % thin  # as fori_collect: keep the LAST sweep of each block
     total = burn + D * thin
     dtype = h.dtype
-    C = num_chains
     shape = tuple(shape)
-    r = len(shape)  # batch axes of the state [C, *batch, n]: chains and models
+    h, J = jnp.asarray(h, dtype), jnp.asarray(J, dtype)
 
-    if classes is None:  # spin-major, chains last: [n, *batch, C]
-        fwd = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # [C, *batch, n] -> [n, *batch, C]
-        bwd = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))
-        h_t, J_t = _spin_major(jnp.asarray(h, dtype), jnp.asarray(J, dtype), r - 1, chains_last=True)
-        step = lambda t, s: _systematic_sweep_t(t, s, h_t, J_t)
-        # batched keys give [*batch, n, C]: chains already last, so only n moves
-        noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -2, 0)
-    else:
-        fwd = bwd = lambda x: x
-        step = lambda t, s: sweep_with_thresholds(t, GibbsState(s), h, J, classes)[0].spins
-        noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -1, 0)  # [C, *shape]
-
-    state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, C))
-    s = fwd(state.spins)
+    state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, num_chains))
+    s = state.spins  # [C, *batch, n]
     draws = jnp.zeros((D,) + s.shape, dtype)
     flips = jnp.zeros(s.shape, dtype)  # |s' - s| summed over the kept sweeps; reduced once at the end
 
@@ -178,7 +157,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     # and are overwritten later, as are the first thin-1 sweeps of every block.
     def sweep(t, carry, thresholds):
         s, draws, flips = carry
-        new = step(thresholds, s)
+        new = sweep_with_thresholds(thresholds, GibbsState(s), h, J, classes)[0].spins
         draws = lax.dynamic_update_index_in_dim(draws, new, jnp.clip((t - burn) // thin, 0, D - 1), 0)
         flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
         return new, draws, flips
@@ -187,20 +166,21 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     # from the keys _chain_step splits. One loop over chunks, an inner one over the
     # sweeps of a chunk (the last chunk may be partial: a dynamic trip count).
     L = min(NOISE_CHUNK, total)
+    # batched keys [C, 2] give thresholds [*shape, C]: chains first, as the state
+    noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -1, 0)
 
     def chunk(c, carry):
         s, k, draws, flips = carry
         # raw key data [C, 2]; prng.split is jax.random.split bit for bit, fused
         k, keys = lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # keys [L, C, 2]
-        noise = jax.vmap(noise_of)(keys)  # [L, *state layout]
+        noise = jax.vmap(noise_of)(keys)  # [L, C, *batch, n]
         inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
         s, draws, flips = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (s, draws, flips))
         return s, k, draws, flips
 
     _, _, draws, flips = lax.fori_loop(0, -(-total // L), chunk, (s, jax.random.key_data(k), draws, flips))
-    draws = jnp.moveaxis(jax.vmap(bwd)(draws), 0, 1)  # [C, D, *batch, n]
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
-    return draws, 0.5 * bwd(flips).sum(-1) / active_count / (D * thin)
+    return jnp.moveaxis(draws, 0, 1), 0.5 * flips.sum(-1) / active_count / (D * thin)
 
 
 # ---------------------------------------------------------------------------------

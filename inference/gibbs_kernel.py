@@ -1,6 +1,7 @@
-"""The heat-bath kernel Gibbs runs: the chain state, the pure sweep
-(``gibbs_sweep(key, state, ...)``), block updates in a spin-major layout and initial spins.
-How a sweep is computed is described in the docstring of inference/gibbs.py."""
+"""The heat-bath kernel that Gibbs runs: the chain state, the pure sweep
+(``gibbs_sweep(key, state, ...)``) with its heat-bath block update, the colour-class
+sweep and initial spins. The systematic scan is the shared skeleton of
+inference/sweep.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import numpy as np
 from jax import lax
 
 from isingattn import prng
-from isingattn.energy import local_field, local_field_rows
-
-SWEEP_BLOCK = 4
+from isingattn.energy import local_field
+from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, spin_major  # noqa: F401
 
 
 class GibbsState(NamedTuple):
@@ -51,19 +51,22 @@ def _class_table(classes, n: int):
     return idx, valid
 
 
-def _update_block(G, t, s, J_in):
-    """Heat-bath updates of ``b`` consecutive spins, in order, for every chain and model
-    (spin-major: the block's spins on axis 0).
+def heat_bath_update(G, s, noise, J_in):
+    """The heat-bath block update that :func:`gibbs_sweep` plugs into
+    :func:`~isingattn.inference.sweep.blocked_sweep`: ``b`` consecutive spins, in order,
+    for every chain and model (spin-major: the block's spins on axis 0).
 
-    G: ``[b, ...]`` their local fields with the block's OLD spins; t: ``[b, ...]``
-    thresholds from :func:`sweep_thresholds`; s: ``[b, ...]`` old spins (0 = inactive,
-    kept 0); J_in: ``[b, b, ...]`` couplings inside the block. Returns the new spins.
+    G: ``[b, ...]`` their local fields with the block's OLD spins; s: ``[b, ...]`` old
+    spins (0 = inactive, kept 0); noise: ``(t,)``, thresholds ``[b, ...]`` from
+    :func:`sweep_thresholds`; J_in: ``[b, b, ...]`` couplings inside the block. Returns
+    the new spins and no counts (flips are counted per sweep).
 
     Spin ``i`` sees the spins ``j < i`` of the block already updated:
     ``f_i = G_i + Σ_{j<i} J_ij (s_j' - s_j)``. Unrolled, this is ONE elementwise XLA
     fusion over chains and models (b(b-1)/2 multiply-adds each); up to b = 8 XLA keeps
     it one fusion, at b = 16 it splits it and recomputes (measured).
     """
+    (t,) = noise
     new, d = [], []
     for i in range(G.shape[0]):
         f = G[i]
@@ -72,52 +75,7 @@ def _update_block(G, t, s, J_in):
         a = jnp.abs(s[i])
         new.append(jnp.where(f > t[i], a, -a))
         d.append(new[i] - s[i])
-    return jnp.stack(new)
-
-
-def _spin_major(h, J, r: int, chains_last: bool = False):
-    """``h``, ``J`` for :func:`_systematic_sweep_t`, for spins ``[n, *batch]`` with ``r``
-    batch axes (``[n, *batch, C]`` with ``chains_last``): ``h_t [n, *batch']`` and
-    ``J_t`` ``[n, n]`` when one ``J`` serves every chain and model (block fields are
-    then plain GEMMs), else ``[n, n, *batch']``; size 1 where shared."""
-    n = J.shape[-1]
-    h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
-    h_t = jnp.moveaxis(h, -1, 0)
-    if all(d == 1 for d in J.shape[:-2]):
-        J_t = J.reshape(n, n)
-    else:
-        J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)
-        J_t = jnp.moveaxis(J, (-2, -1), (0, 1))
-        J_t = J_t[..., None] if chains_last else J_t
-    return (h_t[..., None] if chains_last else h_t), J_t
-
-
-def _systematic_sweep_t(t_t, s_t, h_t, J_t):
-    """The systematic scan ``0..n-1``, ``SWEEP_BLOCK`` spins at a time, in spin-major
-    layout: ``t_t, s_t [n, ...]`` (thresholds, spins; chains and models trailing, so a
-    block's rows are contiguous over all of them), ``h_t, J_t`` from :func:`_spin_major`.
-
-    Per block, one GEMM gives the block's fields from the CURRENT spins (recomputed
-    exactly, so no rounding drift builds up), then :func:`_update_block`. Returns the
-    new spins ``[n, ...]``."""
-    n = s_t.shape[0]
-    b = min(SWEEP_BLOCK, n)
-    K, rem = divmod(n, b)
-    split = lambda x: x[: K * b].reshape((K, b) + x.shape[1:])  # leading axis: block
-    J_in = jnp.stack([J_t[k * b : (k + 1) * b, k * b : (k + 1) * b] for k in range(K)])  # [K, b, b, ...]
-
-    def block(s_t, x):
-        k, h_k, J_k, Jin_k, t_k = x
-        G = local_field_rows(h_k, J_k, s_t)  # [b, ...]
-        old = lax.dynamic_slice_in_dim(s_t, k * b, b, axis=0)
-        return lax.dynamic_update_slice_in_dim(s_t, _update_block(G, t_k, old, Jin_k), k * b, axis=0), None
-
-    s_t, _ = lax.scan(block, s_t, (jnp.arange(K), split(h_t), split(J_t), J_in, split(t_t)))
-    if rem:  # the last n % b spins: one more, smaller block
-        G = local_field_rows(h_t[K * b :], J_t[K * b :], s_t)
-        tail = _update_block(G, t_t[K * b :], s_t[K * b :], J_t[K * b :, K * b :])
-        s_t = lax.dynamic_update_slice_in_dim(s_t, tail, K * b, axis=0)
-    return s_t
+    return jnp.stack(new), ()
 
 
 def sweep_thresholds(key, shape, dtype, beta):
@@ -142,7 +100,8 @@ def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[S
 
     Returns:
         ``(GibbsState, GibbsInfo)``. Cost ``O(n²)`` per model: for the systematic
-        scan, ``n / SWEEP_BLOCK`` field GEMMs plus one small fusion per block; for
+        scan, :func:`~isingattn.inference.sweep.blocked_sweep` with the heat-bath
+        update (``n / SWEEP_BLOCK`` field GEMMs plus one small fusion per block); for
         classes, one field GEMM and an ``O(n · |class|)`` update per class.
     """
     t = sweep_thresholds(key, state.spins.shape, state.spins.dtype, beta)
@@ -159,9 +118,10 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
     J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)  # batch axes aligned with the spins'
     h = jnp.asarray(h, dtype)
 
-    if classes is None:
-        h_t, J_t = _spin_major(h, J, r)
-        new = jnp.moveaxis(_systematic_sweep_t(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h_t, J_t), 0, -1)
+    if classes is None:  # the shared blocked scan, in spin-major layout [n, ...]
+        h_t, J_t = spin_major(h, J, r)
+        new_t, _ = blocked_sweep(heat_bath_update, jnp.moveaxis(s, -1, 0), h_t, J_t, (jnp.moveaxis(t, -1, 0),))
+        new = jnp.moveaxis(new_t, 0, -1)
     else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
         field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
         # Spin-major layout [n, ...]: a class's fields, thresholds and coupling rows

@@ -17,12 +17,14 @@ Moves (one *sweep* visits every spin ``i = 0..n-1`` once):
   accepted with ``exp(-(β/P) Σ_k ΔE_k(i))``. It is the only move that still works when
   ``Γ → 0`` (``K → ∞`` locks the replicas together).
 
-How a sweep is computed: spin-major layout ``[n, P, reads, ...]``, ``SWEEP_BLOCK`` spins
-at a time. One GEMM gives a block's local fields in every replica from the CURRENT
-spins (exact, so no rounding drift builds up over sweeps), then one elementwise fusion
-makes all the moves of the block's spins in order (the couplings inside the block are
-applied as each spin changes; replicas are unrolled into rows, so the ring and the
-global move's sum are index arithmetic). The Metropolis noise of a whole sweep is
+How a sweep is computed: the skeleton shared with Gibbs (:mod:`isingattn.inference.sweep`),
+in spin-major layout ``[n, P, reads, ...]``, ``SWEEP_BLOCK`` spins at a time. One GEMM
+gives a block's local fields in every replica from the CURRENT spins (exact, so no
+rounding drift builds up over sweeps), then one elementwise fusion
+(:func:`~isingattn.inference.sqa_kernel.ring_update`) makes all the moves of the block's
+spins in order (the couplings inside the block are applied as each spin changes;
+replicas are unrolled into rows, so the ring and the global move's sum are index
+arithmetic). The Metropolis noise of a whole sweep is
 drawn at once as ``-log u`` (:mod:`isingattn.prng`): a move is accepted iff
 ``ΔS < -log u``. A sweep costs ``O(P n²)`` per read and model, in ``n / SWEEP_BLOCK``
 GEMMs and fusions instead of ``n`` rank-1 updates of every replica's fields.
@@ -71,15 +73,12 @@ from isingattn.inference.sqa_kernel import (  # noqa: F401  (kernel moved; names
     SQAInfo,
     SQAState,
     _check_schedule,
-    _exp_noise,
     _ring_colours,
-    _ring_constants,
-    _spin_major,
-    _sweep_t,
-    _update_spins,
     gamma_values,
+    ring_update,
     sqa_init,
     sqa_sweep,
+    sweep_with_noise,
     trotter_coupling,
 )
 from jax import lax
@@ -95,7 +94,6 @@ from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 MODES = ("anneal", "thermal")
-# Spins per block of a sweep (see _sweep_t); as in inference/gibbs.py.
 RHAT_THRESHOLD = 1.1  # split R-hat of the tail energy above which thermal samples are flagged
 
 
@@ -151,33 +149,30 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     P = trotter
 
     R = num_reads
-    # Reads are a batch axis of the state [R, *batch, P, n] (not a vmap); the loop runs in
-    # spin-major layout [n, P, R, *batch] and each sweep draws its noise for every spin,
-    # replica and read at once from fold_in(key, sweep), in that layout.
-    h_t, J_t = _spin_major(h, jnp.asarray(J, dt), 1 + len(batch))
+    # Reads are a batch axis of the state [R, *batch, P, n] (not a vmap). Each sweep is
+    # the public kernel sqa_sweep with key fold_in(key, sweep): its noise for every spin,
+    # replica and read is drawn at once. The loop carries the spins in the kernel's own
+    # spin-major layout [n, P, R, *batch], so the layout moves around each sweep cancel
+    # inside it (carried in the state's layout they cost ~12% at n = 64, P = 8).
     to_t = lambda x: jnp.moveaxis(x, (-1, -2), (0, 1))
     from_t = lambda x: jnp.moveaxis(x, (0, 1), (-1, -2))
 
     def run_sweeps(key, s_t, gammas, P, global_moves, trace_energy=False):
-        shape = s_t.shape
-
         def body(s_t, xs):
             t, g = xs
-            bp, K = _ring_constants(beta, g, P, dt)
-            k1, k2 = jax.random.split(jax.random.fold_in(key, t))
-            E1 = _exp_noise(k1, shape, dt)
-            Eg = _exp_noise(k2, shape[:1] + shape[2:], dt) if global_moves else jnp.zeros(shape[:1] + shape[2:], dt)
-            s_t, acc_s, acc_g = _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves)
-            E = energy(h[..., None, :], J[..., None, :, :], from_t(s_t)) if trace_energy else None
-            seen = (jnp.any(s_t > 0, axis=(1, 2)), jnp.any(s_t < 0, axis=(1, 2))) if trace_energy else None
-            return s_t, (acc_s.sum(0) / (n * P), acc_g / n, E, seen)
+            state, info = sqa_sweep(jax.random.fold_in(key, t), SQAState(from_t(s_t)), h, J, beta, g, P,
+                                    global_moves=global_moves)
+            s = state.spins
+            E = energy(h[..., None, :], J[..., None, :, :], s) if trace_energy else None
+            seen = (jnp.any(s > 0, axis=(0, -2)), jnp.any(s < 0, axis=(0, -2))) if trace_energy else None  # [*batch, n]
+            return to_t(s), (info.acceptance_single, info.acceptance_global, E, seen)
 
-        return lax.scan(body, s_t, (jnp.arange(gammas.shape[0]), gammas))
+        s_t, trace = lax.scan(body, s_t, (jnp.arange(gammas.shape[0]), gammas))
+        return SQAState(from_t(s_t)), trace
 
     k_init, k_anneal, k_tail = jax.random.split(key, 3)
     spins = jnp.where(prng.uniform(k_init, (n, P, R) + batch, dt) < 0.5, -1.0, 1.0).astype(dt)
-    s_t, (acc_s, acc_g, _, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
-    state = SQAState(from_t(s_t))
+    state, (acc_s, acc_g, _, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
     info = {"acceptance_single": acc_s.mean((0, 1)), "acceptance_global": acc_g.mean((0, 1))}
     if mode == "anneal":
         E = energy(h[..., None, :], J[..., None, :, :], state.spins)  # [R, ..., P]
@@ -188,10 +183,10 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
         # thermal: Γ -> 0 locks the ring; keep replica 0 and run classical sweeps at β
         s1 = state.spins[..., :1, :]
         if thermal_sweeps:
-            s1_t, (_, _, Etrace, (up, down)) = run_sweeps(k_tail, to_t(s1), jnp.zeros((thermal_sweeps,), dt), 1,
+            tail, (_, _, Etrace, (up, down)) = run_sweeps(k_tail, to_t(s1), jnp.zeros((thermal_sweeps,), dt), 1,
                                                           False, True)
-            s1 = from_t(s1_t)
-            up, down = (jnp.moveaxis(jnp.any(x, axis=0), 0, -1) for x in (up, down))  # [T, n, ...] -> [..., n]
+            s1 = tail.spins
+            up, down = (jnp.any(x, axis=0) for x in (up, down))  # [T, *batch, n] -> [*batch, n]
             frozen = _frozen_spins(h, J, beta, up, down, R * thermal_sweeps)
             Etrace = jnp.swapaxes(Etrace[..., 0], 0, 1)  # [T, R, ...] -> [R, T, ...]
             # a constant energy is known to be mixed only when no spin is frozen

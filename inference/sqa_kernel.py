@@ -1,23 +1,23 @@
-"""The path-integral (Trotter-ring) kernel SQA runs: the state, the Metropolis sweep over
-every replica (pure: ``sqa_sweep(key, state, ...)``), the ring coupling and the Γ schedules.
-How a sweep is computed is described in the docstring of inference/sqa.py."""
+"""The path-integral (Trotter-ring) kernel that SQA runs: the state, the pure Metropolis
+sweep over every replica (``sqa_sweep(key, state, ...)``) with its ring block update, the
+ring coupling and the Γ schedules. The scan over spins is the shared skeleton of
+inference/sweep.py; the moves are described in the docstring of inference/sqa.py."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.energy import local_field_rows
 from isingattn.errors import IsingInputError
+from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, spin_major  # noqa: F401
 
 SCHEDULES = ("linear", "geometric")
-SWEEP_BLOCK = 4
 
 
 class SQAState(NamedTuple):
@@ -69,29 +69,19 @@ def _ring_colours(P: int):
     return [(k % 2 == 0) & ~last, k % 2 == 1, last]
 
 
-def _spin_major(h, J, r: int):
-    """``h_t [n, 1, *batch]`` and ``J_t`` (``[n, n]`` when one J serves every read and
-    model, else ``[n, n, 1, *batch]``) for spins ``[n, P, *batch]`` with ``r`` batch axes."""
-    n = J.shape[-1]
-    h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
-    h_t = jnp.moveaxis(h, -1, 0)[:, None]
-    if all(d == 1 for d in J.shape[:-2]):
-        return h_t, J.reshape(n, n)
-    J = J.reshape((1,) * max(r - (J.ndim - 2), 0) + J.shape)
-    return h_t, jnp.moveaxis(J, (-2, -1), (0, 1))[:, :, None]
-
-
-def _update_spins(G, s, E1, Eg, J_in, bp, K, P: int, global_moves: bool):
-    """All moves of ``b`` consecutive spins, in order (spin-major, spins on axis 0,
-    replicas on axis 1): for each spin, the single-spin Metropolis moves of every
-    replica (one ring colour at a time) and then the global move.
+def ring_update(G, s, noise, J_in, *, bp, K, P: int, global_moves: bool):
+    """The block update that :func:`sqa_sweep` plugs into
+    :func:`~isingattn.inference.sweep.blocked_sweep` (with ``bp = β/P``, ``K``, ``P`` and
+    ``global_moves`` bound): all moves of ``b`` consecutive spins, in order (spin-major,
+    spins on axis 0, replicas on axis 1): for each spin, the single-spin Metropolis
+    moves of every replica (one ring colour at a time) and then the global move.
 
     G: ``[b, P, ...]`` the spins' local fields with the block's OLD spins; s: old
-    spins ``[b, P, ...]`` (0 = inactive: every move leaves it 0); E1 ``[b, P, ...]``,
-    Eg ``[b, ...]``: exponential noise ``-log u`` (a move with action change ``ΔS`` is
-    accepted iff ``ΔS < E``, i.e. ``u < exp(-ΔS)``); J_in ``[b, b, ...]`` couplings
-    inside the block. Returns the new spins and the counts of accepted single-spin
-    moves ``[P, ...]`` and of global moves ``[...]``.
+    spins ``[b, P, ...]`` (0 = inactive: every move leaves it 0); noise ``(E1, Eg)``,
+    E1 ``[b, P, ...]``, Eg ``[b, ...]``: exponential noise ``-log u`` (a move with action
+    change ``ΔS`` is accepted iff ``ΔS < E``, i.e. ``u < exp(-ΔS)``); J_in ``[b, b, ...]``
+    couplings inside the block. Returns the new spins and the counts
+    ``(accepted single-spin moves [P, ...], accepted global moves [...])``.
 
     Spin ``i`` sees the spins ``j < i`` of the block already moved:
     ``F_i = G_i + Σ_{j<i} J_ij (s_j' - s_j)`` (``F_i`` does not depend on ``s_i``).
@@ -99,6 +89,7 @@ def _update_spins(G, s, E1, Eg, J_in, bp, K, P: int, global_moves: bool):
     global move a sum of rows), so the block is elementwise over reads and models: no
     reduction for XLA to fuse (and recompute) inside it, which measured 10x slower.
     """
+    E1, Eg = noise
     colours = [np.flatnonzero(c) for c in _ring_colours(P)]
     new, d = [], []
     acc_s = [jnp.zeros(s.shape[2:], s.dtype) for _ in range(P)]
@@ -125,37 +116,7 @@ def _update_spins(G, s, E1, Eg, J_in, bp, K, P: int, global_moves: bool):
             acc_g = acc_g + accg.astype(s.dtype)
         new.append(jnp.stack(x))
         d.append(new[i] - s[i])
-    return jnp.stack(new), jnp.stack(acc_s), acc_g
-
-
-def _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves: bool):
-    """One sweep in spin-major layout: ``s_t, E1 [n, P, ...]``, ``Eg [n, ...]``, ``h_t``,
-    ``J_t`` from :func:`_spin_major`. ``SWEEP_BLOCK`` spins at a time: one GEMM gives a
-    block's fields from the CURRENT spins (exact: no rounding drift), then
-    :func:`_update_spins`. Returns ``(s_t, acc_s [P, ...], acc_g [...])``."""
-    n, P = s_t.shape[:2]
-    b = min(SWEEP_BLOCK, n)
-    nb, rem = divmod(n, b)
-    split = lambda x: x[: nb * b].reshape((nb, b) + x.shape[1:])  # leading axis: block
-    J_in = jnp.stack([J_t[k * b : (k + 1) * b, k * b : (k + 1) * b] for k in range(nb)])
-    move = lambda G, s, e1, eg, jin: _update_spins(G, s, e1, eg, jin, bp, K, P, global_moves)
-
-    def block(carry, x):
-        s_t, acc_s, acc_g = carry
-        k, h_k, J_k, Jin_k, e1, eg = x
-        G = local_field_rows(h_k, J_k, s_t)  # [b, P, ...]
-        new, a_s, a_g = move(G, lax.dynamic_slice_in_dim(s_t, k * b, b, axis=0), e1, eg, Jin_k)
-        return (lax.dynamic_update_slice_in_dim(s_t, new, k * b, axis=0), acc_s + a_s, acc_g + a_g), None
-
-    zero = jnp.zeros(s_t.shape[1:], s_t.dtype)
-    (s_t, acc_s, acc_g), _ = lax.scan(block, (s_t, zero, zero[0]),
-                                      (jnp.arange(nb), split(h_t), split(J_t), J_in, split(E1), split(Eg)))
-    if rem:  # the last n % b spins: one more, smaller block
-        G = local_field_rows(h_t[nb * b :], J_t[nb * b :], s_t)
-        tail, a_s, a_g = move(G, s_t[nb * b :], E1[nb * b :], Eg[nb * b :], J_t[nb * b :, nb * b :])
-        s_t = lax.dynamic_update_slice_in_dim(s_t, tail, nb * b, axis=0)
-        acc_s, acc_g = acc_s + a_s, acc_g + a_g
-    return s_t, acc_s, acc_g
+    return jnp.stack(new), (jnp.stack(acc_s), acc_g)
 
 
 def _exp_noise(key, shape, dtype):
@@ -181,6 +142,20 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
         ``(new_state, SQAInfo)``. Pure: the same key gives the same result.
     """
     spins = state.spins
+    n, dt, batch = spins.shape[-1], spins.dtype, spins.shape[:-2]
+    k1, k2 = jax.random.split(key)
+    # drawn spin-major [n, P, *batch], the layout the sweep runs in (the moves cancel)
+    E1 = _exp_noise(k1, (n, spins.shape[-2]) + batch, dt)  # one proposal per (spin, replica)
+    Eg = _exp_noise(k2, (n,) + batch, dt) if global_moves else jnp.zeros((n,) + batch, dt)
+    return sweep_with_noise(jnp.moveaxis(E1, (0, 1), (-1, -2)), jnp.moveaxis(Eg, 0, -1), state, h, J, beta, gamma,
+                            P, global_moves=global_moves)
+
+
+def sweep_with_noise(E1, Eg, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True):
+    """:func:`sqa_sweep` with its noise given: exponential variates ``-log u``,
+    ``E1 [..., P, n]`` (single-spin moves, the state's layout) and ``Eg [..., n]``
+    (global moves), so that a test or a run can supply them."""
+    spins = state.spins
     n = spins.shape[-1]
     if P is None:
         P = spins.shape[-2]
@@ -189,15 +164,15 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
     dt = spins.dtype
     batch = spins.shape[:-2]
     bp, K = _ring_constants(beta, gamma, P, dt)
-    h_t, J_t = _spin_major(jnp.asarray(h, dt), jnp.asarray(J, dt), len(batch))
-    k1, k2 = jax.random.split(key)
-    E1 = _exp_noise(k1, (n, P) + batch, dt)  # one proposal per (spin, replica)
-    Eg = _exp_noise(k2, (n,) + batch, dt)
-    s_t = jnp.moveaxis(spins, (-1, -2), (0, 1))  # [n, P, *batch]
-    s_t, acc_s, acc_g = _sweep_t(E1, Eg, s_t, h_t, J_t, bp, K, global_moves)
-    spins = jnp.moveaxis(s_t, (0, 1), (-1, -2))
+    h_t, J_t = spin_major(jnp.asarray(h, dt), jnp.asarray(J, dt), len(batch))
+    h_t, J_t = h_t[:, None], (J_t[:, :, None] if J_t.ndim > 2 else J_t)  # replica axis 1 of [n, P, *batch]
+    to_t = lambda x: jnp.moveaxis(x, (-1, -2), (0, 1))  # [..., P, n] -> [n, P, ...]
+    update = partial(ring_update, bp=bp, K=K, P=P, global_moves=global_moves)
+    zero = jnp.zeros((P,) + batch, dt)
+    s_t, (acc_s, acc_g) = blocked_sweep(update, to_t(spins), h_t, J_t, (to_t(E1), jnp.moveaxis(Eg, -1, 0)),
+                                        (zero, zero[0]))
     info = SQAInfo(acceptance_single=acc_s.sum(0) / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
-    return sqa_init(spins), info
+    return sqa_init(jnp.moveaxis(s_t, (0, 1), (-1, -2))), info
 
 
 def _ring_constants(beta, gamma, P: int, dt):

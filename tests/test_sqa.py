@@ -107,7 +107,7 @@ def test_blocked_sweep_equals_one_spin_at_a_time(P):
     """Given the same noise, the blocked sweep makes exactly the moves of the textbook
     loop over spins (ring colours, then the global move) with fields h + J s from the
     current spins; n = 6 is one full block and a partial one."""
-    from isingattn.inference.sqa import _ring_colours, _spin_major, _sweep_t
+    from isingattn.inference.sqa import SQAState, _ring_colours, sweep_with_noise
 
     rng = np.random.default_rng(P)
     n, R, beta, gamma = 6, 3, 1.3, 0.7
@@ -116,9 +116,8 @@ def test_blocked_sweep_equals_one_spin_at_a_time(P):
     E1 = rng.exponential(size=(n, P, R))
     Eg = rng.exponential(size=(n, R))
     bp, K = beta / P, float(trotter_coupling(beta, gamma, P))
-    h_t, J_t = _spin_major(jnp.asarray(h), jnp.asarray(J), 1)
-    out, acc_s, acc_g = _sweep_t(jnp.asarray(E1), jnp.asarray(Eg), jnp.asarray(np.moveaxis(s, (-1, -2), (0, 1))),
-                                 h_t, J_t, bp, K, True)
+    new, info = sweep_with_noise(jnp.asarray(np.moveaxis(E1, (0, 1), (-1, -2))), jnp.asarray(Eg.T),
+                                 SQAState(jnp.asarray(s)), h, J, beta, gamma, P)
     ref, ns, ng = s.copy(), np.zeros((P, R)), np.zeros(R)
     for r in range(R):
         for i in range(n):
@@ -133,9 +132,9 @@ def test_blocked_sweep_equals_one_spin_at_a_time(P):
             if 2 * bp * np.sum(ref[r, :, i] * f) < Eg[i, r]:
                 ref[r, :, i] *= -1
                 ng[r] += 1
-    np.testing.assert_array_equal(np.moveaxis(np.asarray(out), (0, 1), (-1, -2)), ref)
-    np.testing.assert_array_equal(acc_s, ns)
-    np.testing.assert_array_equal(acc_g, ng)
+    np.testing.assert_array_equal(np.asarray(new.spins), ref)
+    np.testing.assert_allclose(info.acceptance_single, ns.sum(0) / (n * P))
+    np.testing.assert_allclose(info.acceptance_global, ng / n)
 
 
 def test_trotter_coupling_limits():
@@ -374,3 +373,24 @@ def test_anneal_finds_ground_states_at_least_as_often_as_openjij():
     # success rates are binomial: SE of the difference of the two means over instances
     se = np.sqrt(np.sum(ours * (1 - ours) / R + oj * (1 - oj) / R)) / len(rows)
     assert ours.mean() >= oj.mean() - 4 * max(se, 1.0 / (R * len(rows))), (ours, oj)
+
+
+def test_sampler_runs_the_public_kernel():
+    """sqa_sample is its public pure kernel in a loop: the same anneal replayed with
+    sqa_sweep(fold_in(key, t), ...) from the same initial spins ends in the same state."""
+    from isingattn import prng
+    from isingattn.inference.sqa import gamma_values, sqa_sample
+
+    rng = np.random.default_rng(7)
+    n, P, R, T = 7, 3, 4, 12
+    h, J = (jnp.asarray(x) for x in random_model(rng, n, J_scale=0.8))
+    key = jax.random.PRNGKey(5)
+    schedule = ("linear", 2.0, 0.0)
+    samples, _ = sqa_sample(key, h, J, 1.3, num_reads=R, trotter=P, num_sweeps=T, gamma_schedule=schedule,
+                            mode="thermal", thermal_sweeps=0)
+    k_init, k_anneal, _ = jax.random.split(key, 3)
+    s = jnp.where(prng.uniform(k_init, (n, P, R), h.dtype) < 0.5, -1.0, 1.0)
+    state = sqa_init(jnp.moveaxis(s, (0, 1), (-1, -2)))  # [R, P, n]
+    for t, g in enumerate(gamma_values(schedule, T)):
+        state, _ = sqa_sweep(jax.random.fold_in(k_anneal, t), state, h, J, 1.3, g)
+    np.testing.assert_array_equal(samples, state.spins[:, 0])  # thermal mode keeps replica 0
