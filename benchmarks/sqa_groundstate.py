@@ -110,6 +110,18 @@ def run_openjij(bqm, *, num_reads, num_sweeps, trotter, beta, gamma, seed):
     return np.array(E)
 
 
+def run_both(bqm, i, *, num_reads, num_sweeps, trotter, beta, schedule, oj_gamma, seed):
+    """Instance ``i`` by ours and by openjij (each with its own seed): energies and wall times."""
+    t = time.perf_counter()
+    Eo = run_ours(bqm, num_reads=num_reads, num_sweeps=num_sweeps, trotter=trotter, beta=beta, schedule=schedule,
+                  seed=1000 * seed + i)
+    t_ours = time.perf_counter() - t
+    t = time.perf_counter()
+    Ej = run_openjij(bqm, num_reads=num_reads, num_sweeps=num_sweeps, trotter=trotter, beta=beta, gamma=oj_gamma,
+                     seed=100000 * (seed + 1) + num_reads * i)
+    return Eo, t_ours, Ej, time.perf_counter() - t
+
+
 def compare(n=24, models=None, *, instances=20, num_reads=64, num_sweeps=1000, trotter=8, beta=5.0,
             schedule=("linear", 3.0, 0.01), oj_gamma=1.0, seed=0, verbose=False):
     """Per-instance success rates of ours and openjij. Returns a list of dict rows."""
@@ -118,14 +130,8 @@ def compare(n=24, models=None, *, instances=20, num_reads=64, num_sweeps=1000, t
     for i, (h, J) in enumerate(models):
         bqm = IsingModel(h, J).to_bqm()  # bqm.energy(s) == E(s)
         E0 = ground_energy(h, J)
-        t = time.perf_counter()
-        Eo = run_ours(bqm, num_reads=num_reads, num_sweeps=num_sweeps, trotter=trotter, beta=beta, schedule=schedule,
-                      seed=1000 * seed + i)
-        t_ours = time.perf_counter() - t
-        t = time.perf_counter()
-        Ej = run_openjij(bqm, num_reads=num_reads, num_sweeps=num_sweeps, trotter=trotter, beta=beta, gamma=oj_gamma,
-                         seed=100000 * (seed + 1) + num_reads * i)
-        t_oj = time.perf_counter() - t
+        Eo, t_ours, Ej, t_oj = run_both(bqm, i, num_reads=num_reads, num_sweeps=num_sweeps, trotter=trotter, beta=beta,
+                                        schedule=schedule, oj_gamma=oj_gamma, seed=seed)
         rows.append(dict(instance=i, E0=E0, ours=_success(Eo, E0), openjij=_success(Ej, E0), t_ours=t_ours, t_oj=t_oj,
                          ours_mean_gap=float(np.mean(Eo) - E0), oj_mean_gap=float(np.mean(Ej) - E0)))
         if verbose:
@@ -214,14 +220,8 @@ def compare_large(ns=(64, 256), instances=(4, 2), num_sweeps=(1000, 1000), *, nu
         for i, (h, J) in enumerate(make_instances(n, count, seed + n)):
             bqm = IsingModel(h, J).to_bqm()
             E_sa, E_sa_all = reference_energy(bqm, reads=rr, sweeps=rs, seed=1000 + i)
-            t = time.perf_counter()
-            Eo = run_ours(bqm, num_reads=num_reads, num_sweeps=sweeps, trotter=trotter, beta=beta, schedule=schedule,
-                          seed=1000 * seed + i)
-            t_o = time.perf_counter() - t
-            t = time.perf_counter()
-            Ej = run_openjij(bqm, num_reads=num_reads, num_sweeps=sweeps, trotter=trotter, beta=beta, gamma=oj_gamma,
-                             seed=100000 * (seed + 1) + num_reads * i)
-            t_j = time.perf_counter() - t
+            Eo, t_o, Ej, t_j = run_both(bqm, i, num_reads=num_reads, num_sweeps=sweeps, trotter=trotter, beta=beta,
+                                        schedule=schedule, oj_gamma=oj_gamma, seed=seed)
             E_ref = min(E_sa, float(Eo.min()), float(Ej.min()))
             tol = rel_tol * abs(E_ref)
             hit = lambda E: float(np.mean(np.asarray(E) <= E_ref + tol))

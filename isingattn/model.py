@@ -242,18 +242,36 @@ class IsingModel(eqx.Module):
         """
         import dimod
 
-        h, J, a = self._single(index)
-        labels = self._label_list()
-        idx = np.flatnonzero(a)
-        linear = {labels[j]: -h[j] for j in idx}
-        jj, kk = np.nonzero(np.triu(J[np.ix_(idx, idx)], 1))
-        quadratic = {(labels[idx[j]], labels[idx[k]]): -J[idx[j], idx[k]] for j, k in zip(jj, kk)}
+        nodes, edges = self._terms(index)
         # Add the linear terms first: BinaryQuadraticModel(linear, quadratic, ...) inserts
         # the quadratic terms first, which reorders the variables (spin order is lost).
         bqm = dimod.BinaryQuadraticModel(dimod.SPIN)
-        bqm.add_linear_from(linear)
-        bqm.add_quadratic_from(quadratic)
+        bqm.add_linear_from((v, -b) for v, b in nodes)
+        bqm.add_quadratic_from((u, v, -b) for u, v, b in edges)
         return bqm
+
+    def _terms(self, index=None):
+        """The active spins of one model as ``[(label, h)]`` and its nonzero couplings
+        between them as ``[(label, label, J)]`` (upper triangle, spin order)."""
+        h, J, a = self._single(index)
+        labels = self._label_list()
+        idx = np.flatnonzero(a)
+        sub = J[np.ix_(idx, idx)]
+        jj, kk = np.nonzero(np.triu(sub, 1))
+        return ([(labels[j], float(h[j])) for j in idx],
+                [(labels[idx[j]], labels[idx[k]], float(sub[j, k])) for j, k in zip(jj, kk)])
+
+    @staticmethod
+    def _dense(labels, fields, couplings, empty: str):
+        """``h [n]``, ``J [n, n]`` (float64) from per-label fields and ``(u, v, J_uv)``
+        couplings; an empty model is refused with the message ``empty``."""
+        if not labels:
+            raise IsingInputError(empty)
+        pos = {v: i for i, v in enumerate(labels)}
+        J = np.zeros((len(labels), len(labels)))
+        for u, v, b in couplings:
+            J[pos[u], pos[v]] = J[pos[v], pos[u]] = b
+        return np.array(fields, dtype=np.float64), J
 
     @classmethod
     def from_bqm(cls, bqm, beta=1.0) -> "IsingModel":
@@ -267,15 +285,12 @@ class IsingModel(eqx.Module):
         if bqm.vartype is dimod.BINARY:
             bqm = bqm.change_vartype(dimod.SPIN, inplace=False)
         labels = list(bqm.variables)
-        if not labels:
-            raise IsingInputError("from_bqm: the BQM has no variables; an Ising model needs at least one spin. "
-                                  "Add variables to it (bqm.add_variable(v, bias)) before converting.")
-        pos = {v: i for i, v in enumerate(labels)}
-        n = len(labels)
-        h = np.array([-_real(f"from_bqm: the linear bias of {v!r}", bqm.get_linear(v)) for v in labels], dtype=np.float64)
-        J = np.zeros((n, n))
-        for (u, v), b in bqm.quadratic.items():
-            J[pos[u], pos[v]] = J[pos[v], pos[u]] = -_real(f"from_bqm: the quadratic bias of ({u!r}, {v!r})", b)
+        h, J = cls._dense(labels,
+                          [-_real(f"from_bqm: the linear bias of {v!r}", bqm.get_linear(v)) for v in labels],
+                          ((u, v, -_real(f"from_bqm: the quadratic bias of ({u!r}, {v!r})", b))
+                           for (u, v), b in bqm.quadratic.items()),
+                          "from_bqm: the BQM has no variables; an Ising model needs at least one spin. "
+                          "Add variables to it (bqm.add_variable(v, bias)) before converting.")
         return cls(h, J, beta=beta, labels=labels)
 
     def to_networkx(self, index=None):
@@ -283,14 +298,10 @@ class IsingModel(eqx.Module):
         between active spins), graph attribute ``beta``."""
         import networkx as nx
 
-        h, J, a = self._single(index)
-        labels = self._label_list()
+        nodes, edges = self._terms(index)
         G = nx.Graph(beta=float(self.beta))
-        idx = np.flatnonzero(a)
-        G.add_nodes_from((labels[j], {"h": float(h[j])}) for j in idx)
-        sub = J[np.ix_(idx, idx)]
-        for j, k in zip(*np.nonzero(np.triu(sub, 1))):
-            G.add_edge(labels[idx[j]], labels[idx[k]], J=float(sub[j, k]))
+        G.add_nodes_from((v, {"h": b}) for v, b in nodes)
+        G.add_edges_from((u, v, {"J": b}) for u, v, b in edges)
         return G
 
     @classmethod
@@ -298,19 +309,19 @@ class IsingModel(eqx.Module):
         """Build a model from a graph with node attribute ``h`` (default 0) and edge
         attribute ``J`` (required). Node order gives spin order; labels are kept."""
         labels = list(G.nodes)
-        if not labels:
-            raise IsingInputError("from_networkx: the graph has no nodes; an Ising model needs at least one spin. "
-                                  "Add nodes (G.add_node(v, h=field)) before converting.")
-        pos = {v: i for i, v in enumerate(labels)}
-        n = len(labels)
-        h = np.array([_real(f"from_networkx: node {v!r} attribute 'h'", G.nodes[v].get("h", 0.0)) for v in labels])
-        J = np.zeros((n, n))
-        for u, v, d in G.edges(data=True):
-            if u == v:
-                raise IsingInputError(f"self-loop on node {u!r}: Ising couplings need two distinct spins. Remove it.")
-            if "J" not in d:
-                raise IsingInputError(f"edge ({u!r}, {v!r}) has no 'J' attribute. Set G.edges[u, v]['J'] = coupling.")
-            J[pos[u], pos[v]] = J[pos[v], pos[u]] = _real(f"from_networkx: edge ({u!r}, {v!r}) attribute 'J'", d["J"])
+
+        def couplings():
+            for u, v, d in G.edges(data=True):
+                if u == v:
+                    raise IsingInputError(f"self-loop on node {u!r}: Ising couplings need two distinct spins. Remove it.")
+                if "J" not in d:
+                    raise IsingInputError(f"edge ({u!r}, {v!r}) has no 'J' attribute. Set G.edges[u, v]['J'] = coupling.")
+                yield u, v, _real(f"from_networkx: edge ({u!r}, {v!r}) attribute 'J'", d["J"])
+
+        h, J = cls._dense(labels,
+                          [_real(f"from_networkx: node {v!r} attribute 'h'", G.nodes[v].get("h", 0.0)) for v in labels],
+                          couplings(), "from_networkx: the graph has no nodes; an Ising model needs at least one "
+                          "spin. Add nodes (G.add_node(v, h=field)) before converting.")
         if beta is None:
             beta = G.graph.get("beta", 1.0)
         return cls(h, J, beta=beta, labels=labels)
