@@ -1,4 +1,5 @@
-"""Mean-field engines: naive mean field, TAP and loopy belief propagation (DESIGN.md §3).
+"""The mean-field engine: naive mean field, TAP and loopy belief propagation (DESIGN.md §3).
+The BP map is in inference/bp.py, the solver in inference/fixed_point.py.
 
 All three solve a fixed point ``x = F(x; h, J, β)`` by damped parallel iteration
 
@@ -47,11 +48,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from isingattn import validate as V
 from isingattn.engine import ConvergenceWarning, Engine, register
 from isingattn.errors import IsingInputError
+from isingattn.inference.bp import bethe_corr, bp_map
+from isingattn.inference.fixed_point import DampedFixedPoint
 from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel
 
@@ -146,11 +148,11 @@ class MeanField(Engine):
         J = (J + jnp.swapaxes(J, -1, -2)) / 2 * (1 - jnp.eye(n, dtype=dt))
         h = jnp.broadcast_to(h, batch + (n,))
         tol = self._tol(dt)
-        solver = _Solver(1 - self.damping, tol, self.max_iter, len(batch))
+        solver = DampedFixedPoint(1 - self.damping, tol, self.max_iter, len(batch))
 
         if self.method == "bp":
             x0 = jnp.zeros(batch + (n, n), dt)
-            F, readout = _bp(h, J, beta)
+            F, readout = bp_map(h, J, beta)
         else:
             x0 = jnp.tanh(beta * h)
             F, readout = _naive(h, J, beta, tap=self.method == "tap")
@@ -162,7 +164,7 @@ class MeanField(Engine):
         corr = None
         if self.corr:
             if self.method == "bp":
-                corr = _bethe_corr(x, h, J, beta)
+                corr = bethe_corr(x, h, J, beta)
             else:
                 corr = self._linear_response(model, mean)
             eye = jnp.eye(n, dtype=bool)
@@ -190,7 +192,7 @@ def _with_h(model: IsingModel, h):
     return eqx.tree_at(lambda mo: mo.h, model, h)
 
 
-# ---- the three fixed-point maps ---------------------------------------------------------
+# ---- the naive / TAP fixed-point map (BP's is in inference/bp.py) ------------------------
 
 
 def _naive(h, J, beta, tap: bool):
@@ -204,141 +206,6 @@ def _naive(h, J, beta, tap: bool):
         return jnp.tanh(beta * field)
 
     return F, lambda m: m
-
-
-def _bp(h, J, beta):
-    """Loopy BP map on cavity-field messages ``u [..., n(k), n(i)]`` (``u_{k→i}``)."""
-
-    def cavity(u):  # c[k, i] = h_k + Σ_{l≠i} u_{l→k} = H_k - u_{i→k}
-        H = h + jnp.sum(u, axis=-2)  # total field on each spin, [..., n]
-        return H[..., :, None] - jnp.swapaxes(u, -1, -2)
-
-    def F(u):
-        return _atanh_tanh_prod(beta * J, beta * cavity(u)) / beta
-
-    def readout(u):
-        return jnp.tanh(beta * (h + jnp.sum(u, axis=-2)))
-
-    return F, readout
-
-
-def _bethe_corr(u, h, J, beta):
-    """``⟨s_k s_i⟩`` of the Bethe pair marginal ``∝ exp(βJ s_k s_i + βc_{k\\i} s_k + βc_{i\\k} s_i)``,
-    which is ``tanh(βJ_ki + atanh(tanh βc_{k\\i} tanh βc_{i\\k}))`` (finite for every input)."""
-    H = h + jnp.sum(u, axis=-2)
-    c = H[..., :, None] - jnp.swapaxes(u, -1, -2)  # c[k, i] = c_{k\i}
-    return jnp.tanh(beta * J + _atanh_tanh_prod(beta * c, beta * jnp.swapaxes(c, -1, -2)))
-
-
-@jax.custom_jvp
-def _atanh_tanh_prod(a, b):
-    """``atanh(tanh a · tanh b)``, finite and accurate for every finite ``a, b``.
-
-    ``= ½ [log cosh(a+b) - log cosh(a-b)] = sgn(a) sgn(b) min(|a|,|b|)
-        + ½ [log1p(e^{-2|a+b|}) - log1p(e^{-2|a-b|})]``: the leading term is exact, so
-    nothing cancels when fields are large (the naive form gives atanh(±1) = ±inf once
-    both tanh round to ±1). The derivative is given in closed form below because the
-    ``min`` and ``|·|`` kinks would make autodiff wrong at ``|a| = |b|``.
-    """
-    lead = jnp.where(jnp.abs(a) < jnp.abs(b), a * jnp.sign(b), b * jnp.sign(a))
-    # one log of a ratio in [1/2, 2] instead of two log1p: same value, ~1.6x faster on CPU
-    # (this map is most of a BP iteration); an e^{-2|.|} below 1e-7 is lost to 1 + e,
-    # an absolute error < 1e-7 next to the exact leading term.
-    return lead + 0.5 * jnp.log((1 + jnp.exp(-2 * jnp.abs(a + b))) / (1 + jnp.exp(-2 * jnp.abs(a - b))))
-
-
-@_atanh_tanh_prod.defjvp
-def _atanh_tanh_prod_jvp(primals, tangents):
-    a, b = primals
-    da, db = tangents
-    tp, tm = jnp.tanh(a + b), jnp.tanh(a - b)
-    return _atanh_tanh_prod(a, b), 0.5 * (tp - tm) * da + 0.5 * (tp + tm) * db
-
-
-# ---- damped fixed-point iteration with implicit differentiation ------------------------
-
-
-class _Solver:
-    """Damped iteration ``x ← x + d·(F(x) - x)`` (step ``d = 1 - damping``) per model of a
-    batch, with gradients by ``lax.custom_root``. The leading ``nb`` axes of the state index models; a model stops
-    moving once its residual ``max |F(x) - x|`` is ``≤ tol``, so each model's result and
-    iteration count do not depend on the rest of the batch."""
-
-    def __init__(self, step: float, tol: float, max_iter: int, nb: int):
-        self.d, self.tol, self.max_iter, self.nb = step, tol, max_iter, nb
-
-    def _per_model_max(self, x):
-        return jnp.max(jnp.abs(x), axis=tuple(range(self.nb, x.ndim)))
-
-    def _expand(self, flag, x):
-        return flag.reshape(flag.shape + (1,) * (x.ndim - flag.ndim))
-
-    def fixed_point(self, F, x0):
-        """Returns ``(x*, (iterations, residual))``; ``x*`` is differentiable in whatever
-        ``F`` closes over."""
-        f = lambda x: F(x) - x
-        x, (iters, res) = lax.custom_root(f, x0, self._solve, self._tangent_solve, has_aux=True)
-        return x, lax.stop_gradient((iters.astype(jnp.int32), res))
-
-    def _residual(self, step, x):
-        """``max |F(x) - x| / max(1, max |x|)`` per model: absolute for magnetizations
-        (|m| ≤ 1), relative for BP messages, which scale with the couplings (a float32
-        message of size 50 cannot change by less than ~4e-6)."""
-        return self._per_model_max(step) / jnp.maximum(1.0, self._per_model_max(x))
-
-    def _solve(self, f, x0):
-        d, tol = self.d, self.tol
-
-        def cond(c):
-            it, _, res, _ = c
-            return (it < self.max_iter) & jnp.any(res > tol)
-
-        def body(c):
-            it, x, _, iters = c
-            step = f(x)
-            res = self._residual(step, x)
-            move = res > tol
-            x = jnp.where(self._expand(move, x), x + d * step, x)
-            return it + 1, x, res, iters + move.astype(jnp.int32)
-
-        batch = x0.shape[: self.nb]
-        init = (jnp.int32(0), x0, jnp.full(batch, jnp.inf, x0.dtype), jnp.zeros(batch, jnp.int32))
-        _, x, _, iters = lax.while_loop(cond, body, init)
-        res = self._residual(f(x), x)  # the residual of the returned state
-        # custom_root's JVP rule mishandles integer aux outputs (jax 0.10: int tangent
-        # instead of float0), so the count travels as a float and is cast back outside.
-        return x, (iters.astype(x.dtype), res)
-
-    def _tangent_solve(self, g, y):
-        """Solve ``g(z) = y`` with ``g = ∂F/∂x - I`` (linear), by the damped iteration
-        ``z ← z + d·(g(z) - y)``: its error contracts by ``(1-d)I + d·∂F/∂x``, the same
-        Jacobian as the forward iteration near its fixed point, so it converges when the
-        forward pass did. ``custom_linear_solve`` makes it transposable (reverse mode)."""
-        return lax.custom_linear_solve(g, y, solve=self._linear_solve, transpose_solve=self._linear_solve)
-
-    def _linear_solve(self, matvec, b):
-        d = self.d
-        scale = self._per_model_max(b)
-        tol = self.tol * scale  # relative to the right-hand side: the linear system scales with it
-
-        def cond(c):
-            it, _, res = c
-            return (it < self.max_iter) & jnp.any(res > tol)
-
-        def body(c):
-            it, z, _ = c
-            r = matvec(z) - b
-            res = self._per_model_max(r)
-            move = res > tol
-            z = jnp.where(self._expand(move, z), z + d * r, z)
-            return it + 1, z, res
-
-        batch = b.shape[: self.nb]
-        _, z, _ = lax.while_loop(cond, body, (jnp.int32(0), jnp.zeros_like(b), jnp.full(batch, jnp.inf, b.dtype)))
-        # Keep only models whose linear system converged (see MeanField's docstring).
-        res = self._per_model_max(matvec(z) - b)
-        ok = (res <= 10 * tol) & jnp.all(jnp.isfinite(z), axis=tuple(range(self.nb, z.ndim)))
-        return jnp.where(self._expand(ok, z), z, 0.0)
 
 
 def _factory(method: str):
