@@ -26,7 +26,8 @@ from isingattn.inference import dqa, sqa
 from isingattn.model import IsingModel
 from isingattn.validate import boolean, nonneg_int, positive_float, positive_int
 
-__all__ = ["IsingSampler", "SQASampler", "DQASampler", "check_beta", "check_seed"]
+__all__ = ["IsingSampler", "SQASampler", "DQASampler", "anneal_beta", "anneal_gamma_schedule", "check_beta",
+           "check_seed"]
 
 PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 
@@ -118,8 +119,67 @@ class IsingSampler(dimod.Sampler):
 
 # ---- the samplers ------------------------------------------------------------------------
 
-_SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=("linear", 3.0, 0.01), beta=1.0,
-                         mode="thermal", thermal_sweeps=100, global_moves=True)
+# SQASampler's settings; beta=None and gamma_schedule=None mean "the mode's default": in
+# thermal mode the fixed values below, in anneal mode derived from the BQM (anneal_beta,
+# anneal_gamma_schedule).
+_SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=None, beta=None,
+                     mode="thermal", thermal_sweeps=100, global_moves=True)
+THERMAL_BETA = 1.0
+THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
+
+# ---- anneal-mode defaults from the problem's energy scale ------------------------------------
+# Every threshold is an acceptance probability of one Metropolis move (DESIGN.md §3, "SQA";
+# the rule follows dwave-samplers' default beta_range and is documented in SQASampler).
+EXCITATION = 0.01  # accepted at most this often at the cold end / at least this often to mix
+RING_HOT = float(np.arctanh(2.0**-0.5))  # βΓ/P where a flip against both ring neighbours costs e^{-4K} = 1/2
+RING_COLD = float(np.arctanh(np.sqrt(EXCITATION)))  # ... and where it costs e^{-4K} = EXCITATION
+
+
+def anneal_beta(h, J, trotter: int) -> float:
+    """Default β of ``SQASampler(mode="anneal")`` for the SPIN model ``h [n]``, ``J [n, n]``
+    (symmetric, zero diagonal; ``E = -h·s - ½ sᵀJs``, so flipping spin ``i`` costs
+    ``2 s_i F_i`` with ``F_i = h_i + Σ_j J_ij s_j``) and ``trotter`` replicas ``P``.
+
+    ``β = min(β_cold, β_mix)`` (a Python float), with over the spins that have a nonzero bias:
+
+    * ``β_cold = ln(m / EXCITATION) / (2 δ)``: the smallest nonzero gap is approximated, as
+      dwave-samplers does, by ``δ = min_i δ_i``, ``δ_i`` the smallest nonzero ``|h_i|`` or
+      ``|J_ij|`` of spin ``i``, and ``m`` counts the spins with ``δ_i = δ``. At ``Γ_min`` the
+      ring is locked and samples ``exp(-β E)``, so each such spin then leaves the ground
+      state with probability ``exp(-2βδ) = EXCITATION / m``.
+    * ``β_mix = P ln(1 / EXCITATION) / (2 σ)``, ``σ² = mean_i (h_i² + Σ_j J_ij²)`` the mean
+      square local field of a uniformly random configuration: at ``Γ_max`` the replicas are
+      nearly free chains at ``β/P``, and each still accepts a flip against the typical field
+      (``ΔE = 2σ``) with probability ``EXCITATION``.
+
+    No bias at all (every state has the same energy) gives 1.0. Scale-free: multiplying
+    every bias by ``c`` divides β by ``c``.
+    """
+    h = np.abs(np.asarray(h, np.float64))
+    A = np.abs(np.asarray(J, np.float64))
+    terms = np.concatenate([h[:, None], A], axis=1)  # [n, n + 1]: every |bias| that touches spin i
+    nonzero = terms > 0
+    biased = nonzero.any(axis=1)
+    if not biased.any():
+        return 1.0
+    delta_i = np.where(nonzero, terms, np.inf).min(axis=1)[biased]
+    delta = delta_i.min()
+    beta_cold = np.log(np.sum(delta_i == delta) / EXCITATION) / (2.0 * delta)
+    sigma = np.sqrt(np.mean((h**2 + np.sum(A**2, axis=1))[biased]))
+    beta_mix = trotter * np.log(1.0 / EXCITATION) / (2.0 * sigma)
+    return float(min(beta_cold, beta_mix))
+
+
+def anneal_gamma_schedule(beta: float, trotter: int) -> tuple:
+    """Default Γ schedule of ``SQASampler(mode="anneal")`` at ``beta`` with ``trotter``
+    replicas ``P``: ``("geometric", RING_HOT·P/β, RING_COLD·P/β)``.
+
+    SQA anneals the ring coupling ``K = -½ ln tanh(βΓ/P)``, so the thresholds of
+    :func:`anneal_beta` are applied to it: at ``Γ_max`` a replica flips against both of its
+    ring neighbours (``e^{-4K}``) with probability 1/2, at ``Γ_min`` with ``EXCITATION``
+    (the ring is locked). ``βΓ/P`` thus runs over the same range for every problem.
+    """
+    return ("geometric", RING_HOT * trotter / beta, RING_COLD * trotter / beta)
 
 
 class SQASampler(IsingSampler):
@@ -130,6 +190,26 @@ class SQASampler(IsingSampler):
     ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"thermal"``:
     samples ``exp(-β E_bqm)``; ``"anneal"``: ground-state search, lowest-energy replica
     per read), ``thermal_sweeps``, ``global_moves`` and ``seed``.
+
+    ``beta`` and ``gamma_schedule`` default to None, which means:
+
+    * ``mode="thermal"``: ``beta = 1.0`` and ``("linear", 3.0, 0.01)``. Thermal mode samples
+      at the β it is given, whatever the BQM.
+    * ``mode="anneal"``: derived from the BQM's energy scale, in the manner of
+      dwave-samplers' default ``beta_range`` (hot end: moves accepted with 1/2, cold end
+      with 1/100). ``beta = anneal_beta(h, J, trotter)``: the locked ring at β excites the
+      smallest gap with probability 1/100, and the nearly free replicas at ``β/P`` still
+      flip against the typical local field with 1/100 (a fixed-β SQA's replicas cannot be
+      hot while its ring is cold, so β is the colder of what both allow). The Γ schedule is
+      ``anneal_gamma_schedule(beta, trotter)``: geometric, from the Γ where the ring coupling
+      costs a replica's flip 1/2 to where it costs 1/100. Both scale with the problem, so a
+      BQM multiplied by ``c`` is annealed identically. ``info`` reports the β and schedule
+      used and ``info["derived"]``, the names derived from the BQM.
+
+    A β or schedule that the user gives (at construction or per call) is always used as
+    given. Only an anneal with a derived schedule runs in units of ``1/β`` (``βh``, ``βJ``
+    at β = 1: the same weights), so that every problem of one padded size shares one
+    compilation.
 
     ``seed``: an int gives ``jax.random.PRNGKey(seed)``. Every read draws its own random
     numbers (its own block of counters of the threefry stream of each sweep, see
@@ -148,31 +228,54 @@ class SQASampler(IsingSampler):
     DEFAULTS = _SQA_DEFAULTS
 
     def _check(self, p):
-        sqa.check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=p["gamma_schedule"],
+        schedule = THERMAL_GAMMA_SCHEDULE if p["gamma_schedule"] is None else p["gamma_schedule"]
+        sqa.check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=schedule,
                      mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
-        check_beta(p["beta"])
+        check_beta(p["beta"], optional=True)
 
     def _properties(self) -> dict:
         return {"modes": sqa.MODES, "gamma_schedules": sqa.SCHEDULES}
 
-    def _info(self, p, plan) -> dict:
-        return {"beta": float(p["beta"]), "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
-                "gamma_schedule": tuple(p["gamma_schedule"])}
+    @staticmethod
+    def _given(p):
+        """β and schedule with thermal mode's defaults filled in (None: derived in anneal mode)."""
+        beta, schedule = p["beta"], p["gamma_schedule"]
+        if p["mode"] == "thermal":
+            beta = THERMAL_BETA if beta is None else beta
+            schedule = THERMAL_GAMMA_SCHEDULE if schedule is None else schedule
+        return (None if beta is None else float(beta)), (None if schedule is None else tuple(schedule))
+
+    def _info(self, p, plan) -> dict:  # _sample reports the β and schedule it derives
+        beta, schedule = self._given(p)
+        return {"beta": beta, "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
+                "gamma_schedule": schedule, "derived": ()}
 
     def _sample(self, bqm, p, plan, seed):
         model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
-        n = model.n
+        n, P = model.n, p["trotter"]
+        beta, schedule = self._given(p)
+        derived = ()
+        if beta is None:  # anneal mode only
+            beta, derived = anneal_beta(model.h, model.J, P), ("beta",)
+        if schedule is None:
+            schedule, derived = anneal_gamma_schedule(beta, P), derived + ("gamma_schedule",)
+            # the weights depend on βE and βΓ only: run at β = 1 with βh, βJ and the
+            # problem-independent schedule (one compilation per padded size)
+            h, J, run_beta, run_schedule = beta * model.h, beta * model.J, 1.0, anneal_gamma_schedule(1.0, P)
+        else:
+            h, J, run_beta, run_schedule = model.h, model.J, beta, schedule
         # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
         # touch the real ones) so that problems of similar size share one compilation.
         m = -(-n // PAD_TO) * PAD_TO
-        h = jnp.pad(model.h, (0, m - n))
-        J = jnp.pad(model.J, ((0, m - n), (0, m - n)))
-        samples, run_info = sqa.sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(p["beta"], model.dtype),
-                                       num_reads=p["num_reads"], trotter=p["trotter"], num_sweeps=p["num_sweeps"],
-                                       gamma_schedule=tuple(p["gamma_schedule"]), mode=p["mode"],
+        h = jnp.pad(h, (0, m - n))
+        J = jnp.pad(J, ((0, m - n), (0, m - n)))
+        samples, run_info = sqa.sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(run_beta, model.dtype),
+                                       num_reads=p["num_reads"], trotter=P, num_sweeps=p["num_sweeps"],
+                                       gamma_schedule=run_schedule, mode=p["mode"],
                                        thermal_sweeps=p["thermal_sweeps"], global_moves=bool(p["global_moves"]))
         # acceptance rates count the padding spins too; energies come from the BQM itself
         info = {k: np.asarray(v) for k, v in run_info.items() if k != "energy"}
+        info.update(beta=beta, gamma_schedule=schedule, derived=derived)
         return np.asarray(samples)[:, :n], model.labels, info
 
 
