@@ -23,20 +23,16 @@ from isingattn.inference.dimod_sampler import (
     anneal_gamma_schedule,
 )
 from isingattn.model import IsingModel
-from isingattn.testing import brute_force
+from isingattn.testing import brute_force, random_model
 
 N, INSTANCES, READS = 16, 10, 32
 
 
 def dense_instance(seed, n=N):
-    """The issue's instances: ``h ~ N(0, 0.3²)``, ``J_ij ~ N(0, 1/n)`` for ``i < j`` (SPIN BQM)."""
-    rng = np.random.default_rng(seed)
-    h = rng.normal(0.0, 0.3, n)
-    J = rng.normal(0.0, 1.0 / np.sqrt(n), (n, n))
-    bqm = dimod.BQM(dimod.SPIN)
-    bqm.add_linear_from({i: h[i] for i in range(n)})  # first, so that the variables stay in order 0..n-1
-    bqm.add_quadratic_from({(i, j): J[i, j] for i in range(n) for j in range(i + 1, n)})
-    return bqm
+    """The issue's instances: ``h ~ N(0, 0.3²)``, ``J_ij ~ N(0, 1/n)`` for ``i < j``, as a SPIN
+    BQM over the variables ``0..n-1`` (``bqm.energy(s) == E(s)``)."""
+    h, J = random_model(np.random.default_rng(seed), n, h_scale=0.3)
+    return IsingModel(h, J).to_bqm()
 
 
 def _hits_ground_state(energies, e0):
