@@ -128,8 +128,8 @@ THERMAL_BETA = 1.0
 THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
 
 # ---- anneal-mode defaults from the problem's energy scale ------------------------------------
-# Every threshold is an acceptance probability of one Metropolis move (DESIGN.md §3, "SQA";
-# the rule follows dwave-samplers' default beta_range and is documented in SQASampler).
+# Every threshold is an acceptance probability of one Metropolis move (the rule follows
+# dwave-samplers' default beta_range; DESIGN.md §3, "Path-integral simulated quantum annealing").
 EXCITATION = 0.01  # accepted at most this often at the cold end / at least this often to mix
 RING_HOT = float(np.arctanh(2.0**-0.5))  # βΓ/P where a flip against both ring neighbours costs e^{-4K} = 1/2
 RING_COLD = float(np.arctanh(np.sqrt(EXCITATION)))  # ... and where it costs e^{-4K} = EXCITATION
@@ -140,7 +140,7 @@ def anneal_beta(h, J, trotter: int) -> float:
     (symmetric, zero diagonal; ``E = -h·s - ½ sᵀJs``, so flipping spin ``i`` costs
     ``2 s_i F_i`` with ``F_i = h_i + Σ_j J_ij s_j``) and ``trotter`` replicas ``P``.
 
-    ``β = min(β_cold, β_mix)`` (a Python float), with over the spins that have a nonzero bias:
+    ``β = min(β_cold, β_mix)`` (a Python float) with, over the spins that have a nonzero bias:
 
     * ``β_cold = ln(m / EXCITATION) / (2 δ)``: the smallest nonzero gap is approximated, as
       dwave-samplers does, by ``δ = min_i δ_i``, ``δ_i`` the smallest nonzero ``|h_i|`` or
