@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from isingattn.sparse import SparseCouplings
+
 
 def field_energy(h, s):
     """``-Σ_j h_j s_j``.  h: [..., n], s: [..., n] (broadcast) -> [...]."""
@@ -20,7 +22,10 @@ def field_energy(h, s):
 
 
 def coupling_energy(J, s):
-    """``-Σ_{j<k} J_jk s_j s_k = -½ sᵀ J s``.  J: [..., n, n], s: [..., n] -> [...]."""
+    """``-Σ_{j<k} J_jk s_j s_k = -½ sᵀ J s``.  J: [..., n, n] or
+    :class:`~isingattn.sparse.SparseCouplings` (O(E)), s: [..., n] -> [...]."""
+    if isinstance(J, SparseCouplings):
+        return J.pair_energy(s)
     return -0.5 * jnp.einsum("...j,...jk,...k->...", s, J, s)
 
 
@@ -38,7 +43,10 @@ def local_field(h, J, s):
     energy by ``2 s_j (h + J s)_j``.  h: [..., n], J: [..., n, n], s: [..., n] -> [..., n].
 
     ``J`` is symmetric, so this is ``s @ J``: with a shared ``J`` one GEMM over all
-    chains and models."""
+    chains and models. A :class:`~isingattn.sparse.SparseCouplings` ``J`` is a gather
+    over its neighbour table instead, O(n · degree)."""
+    if isinstance(J, SparseCouplings):
+        return h + J.field(s)
     return h + jnp.einsum("...j,...jk->...k", s, J)
 
 

@@ -36,7 +36,9 @@ class Engine(eqx.Module):
     protocol around it: the model type is checked (``IsingTypeError``), a key is required
     exactly when ``needs_key`` (``IsingInputError`` when missing, then
     :func:`isingattn.prng.check_key`), causal models go through
-    :class:`isingattn.causal.CausalBuckets` unless ``native_causal``, ``_marginals`` runs
+    :class:`isingattn.causal.CausalBuckets` unless ``native_causal``, a model with sparse
+    couplings (:mod:`isingattn.sparse`) is given densified unless ``sparse_native``
+    (:meth:`~isingattn.IsingModel.densified`: refused above 1 GiB), ``_marginals`` runs
     under ``eqx.filter_jit`` (unless ``jit`` is False: an engine that calls the host), and
     each ``(flag, category)`` of ``warn_flags`` that is False for some model warns, with
     ``_warning``'s message, when the flags are concrete.
@@ -50,6 +52,7 @@ class Engine(eqx.Module):
     exact: ClassVar[bool] = False
     needs_key: ClassVar[bool] = False  # a sampler: marginals needs a PRNG key
     native_causal: ClassVar[bool] = False  # _marginals solves causal models itself (else: CausalBuckets)
+    sparse_native: ClassVar[bool] = False  # _marginals works on SparseCouplings itself (else: the dense form)
     jit: ClassVar[bool] = True  # _marginals is traced under eqx.filter_jit (False: it calls the host)
     warn_flags: ClassVar[tuple] = (("converged", ConvergenceWarning),)  # info flags that warn when False
     spin_info: ClassVar[tuple] = ()  # info entries with a trailing spin axis (NaN-padded across causal buckets)
@@ -59,6 +62,10 @@ class Engine(eqx.Module):
         inactive spins) and what the engine adds (``corr``, ``log_z``, ``samples``, ``info``).
         ``key`` (a JAX PRNG key) is required by sampling engines and ignored by the others."""
         model, key = self._checked(model, key)
+        if model.is_sparse and (model.causal or not self.sparse_native):
+            # one place for every engine without a sparse path (and for causal buckets,
+            # which slice prefixes of a dense J): the dense form, refused when too big
+            model = model.densified(owner=type(self).__name__)
         engine = self._prepare(model)
         run = engine
         if model.causal and not engine.native_causal:

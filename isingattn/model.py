@@ -11,8 +11,14 @@ import numpy as np
 
 from isingattn.energy import energy as _energy
 from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.sparse import CouplingGraph, SparseCouplings
+from isingattn.sparse import from_dense as sparse_from_dense
 
 SYMMETRY_RTOL = 1e-5
+DENSE_LIMIT_BYTES = 2**30  # IsingModel.densified refuses a dense J above this size
+# from_bqm / from_networkx choose the edge list when n >= SPARSE_MIN_N and at most this
+# fraction of the pairs are coupled
+SPARSE_MIN_N, SPARSE_MAX_DENSITY = 64, 0.1
 
 
 def _is_traced(*xs) -> bool:
@@ -92,9 +98,13 @@ class IsingModel(eqx.Module):
     labels: Optional[tuple] = eqx.field(static=True, default=None)
 
     def __init__(self, h, J, beta=1.0, mask=None, *, causal: bool = False, labels=None):
-        given = {"h": h, "J": J, "beta": beta}  # as passed, to explain a cast that overflows
+        # as passed, to explain a cast that overflows
+        given = {"h": h, "J": J.weights if isinstance(J, SparseCouplings) else J, "beta": beta}
         h = _as_float("h", h)
-        J = _as_float("J", J)
+        if isinstance(J, SparseCouplings):
+            J = J.with_weights(_as_float("J", J.weights))
+        else:
+            J = _as_float("J", J)
         dtype = jnp.result_type(h.dtype, J.dtype)
         h, J = h.astype(dtype), J.astype(dtype)
         beta = _as_float("beta", beta, None).astype(dtype)
@@ -105,6 +115,11 @@ class IsingModel(eqx.Module):
             raise IsingInputError(
                 f"an Ising model needs at least one spin; got h of shape {h.shape} (n = 0). Give h at least one "
                 "field per model (a model without spins has no distribution to sample)."
+            )
+        if isinstance(J, SparseCouplings) and J.graph.n != n:
+            raise IsingInputError(
+                f"J is a SparseCouplings on a graph of {J.graph.n} spins but h has n = {n} fields. Build the graph "
+                "with CouplingGraph(n, edges) for the model's n."
             )
         if J.ndim < 2 or J.shape[-2:] != (n, n):
             raise IsingInputError(
@@ -188,7 +203,37 @@ class IsingModel(eqx.Module):
         if act is None:
             return self.h, self.J
         a = act.astype(self.dtype)
+        if isinstance(self.J, SparseCouplings):
+            return self.h * a, self.J.masked(act)
         return self.h * a, self.J * a[..., :, None] * a[..., None, :]
+
+    # ---- sparse couplings ---------------------------------------------------------------
+    @property
+    def is_sparse(self) -> bool:
+        """True when ``J`` is a :class:`~isingattn.sparse.SparseCouplings` (edge list)."""
+        return isinstance(self.J, SparseCouplings)
+
+    def densified(self, *, limit_bytes: int = DENSE_LIMIT_BYTES, owner: str = "IsingModel") -> "IsingModel":
+        """This model with a dense ``J [..., n, n]`` (itself when already dense). Refused
+        with :class:`IsingInputError` when the dense ``J`` would exceed ``limit_bytes``
+        (default 1 GiB): ``owner`` (e.g. the engine) is named in the message."""
+        if not self.is_sparse:
+            return self
+        size = int(np.prod(self.J.shape)) * jnp.dtype(self.dtype).itemsize
+        if size > limit_bytes:
+            raise IsingInputError(
+                f"{owner} needs dense couplings, and this sparse model's J would take {size / 2**30:.3g} GiB as a dense "
+                f"{self.J.shape} array (limit {limit_bytes / 2**30:.3g} GiB). Use an engine that works on sparse graphs "
+                "(Engine.sparse_native), or a smaller graph."
+            )
+        return eqx.tree_at(lambda m: m.J, self, self.J.to_dense())
+
+    def sparsified(self, tol: float = 0.0) -> "IsingModel":
+        """This model with its couplings as an edge list (every nonzero pair of a concrete
+        dense ``J``; itself when already sparse)."""
+        if self.is_sparse:
+            return self
+        return eqx.tree_at(lambda m: m.J, self, sparse_from_dense(self.J, tol).astype(self.dtype))
 
     # ---- energy ---------------------------------------------------------------------
     def energy(self, spins) -> jax.Array:
@@ -212,7 +257,8 @@ class IsingModel(eqx.Module):
 
     # ---- dimod / networkx -------------------------------------------------------------
     def _single(self, index):
-        """numpy float64 (h, J, active) of one model of the batch."""
+        """numpy float64 (h, J, active) of one model of the batch; a sparse J as
+        ``(edges [E, 2], weights [E])``."""
         batch = self.batch_shape
         if index is None:
             if batch:
@@ -226,7 +272,10 @@ class IsingModel(eqx.Module):
         act = self.active()
         full = lambda x, tail: np.broadcast_to(np.asarray(x, dtype=np.float64 if x.dtype != bool else bool), batch + tail)[index]
         h = full(self.h, (self.n,))
-        J = full(self.J, (self.n, self.n))
+        if isinstance(self.J, SparseCouplings):
+            J = (self.J.graph.edges, full(self.J.weights, (self.J.graph.E,)))
+        else:
+            J = full(self.J, (self.n, self.n))
         a = np.ones(self.n, bool) if act is None else np.broadcast_to(np.asarray(act), batch + (self.n,))[index]
         return h, J, a
 
@@ -256,28 +305,47 @@ class IsingModel(eqx.Module):
         h, J, a = self._single(index)
         labels = self._label_list()
         idx = np.flatnonzero(a)
+        nodes = [(labels[j], float(h[j])) for j in idx]
+        if isinstance(J, tuple):  # sparse: (edges [E, 2], weights [E]), never densified
+            (e, w) = J
+            keep = a[e[:, 0]] & a[e[:, 1]] & (w != 0)
+            return nodes, [(labels[i], labels[j], float(b)) for (i, j), b in zip(e[keep].tolist(), w[keep])]
         sub = J[np.ix_(idx, idx)]
         jj, kk = np.nonzero(np.triu(sub, 1))
-        return ([(labels[j], float(h[j])) for j in idx],
-                [(labels[idx[j]], labels[idx[k]], float(sub[j, k])) for j, k in zip(jj, kk)])
+        return nodes, [(labels[idx[j]], labels[idx[k]], float(sub[j, k])) for j, k in zip(jj, kk)]
 
     @staticmethod
-    def _dense(labels, fields, couplings, empty: str):
-        """``h [n]``, ``J [n, n]`` (float64) from per-label fields and ``(u, v, J_uv)``
-        couplings; an empty model is refused with the message ``empty``."""
+    def _assemble(labels, fields, rows, cols, weights, empty: str, sparse):
+        """``h [n]`` (float64) and ``J``, dense ``[n, n]`` or a
+        :class:`~isingattn.sparse.SparseCouplings`, from per-spin fields and couplings
+        ``J[rows[e], cols[e]] = weights[e]``. ``sparse=None`` chooses the edge list when
+        ``n ≥ SPARSE_MIN_N`` and at most ``SPARSE_MAX_DENSITY`` of the pairs are coupled.
+        An empty model is refused with the message ``empty``."""
         if not labels:
             raise IsingInputError(empty)
-        pos = {v: i for i, v in enumerate(labels)}
-        J = np.zeros((len(labels), len(labels)))
-        for u, v, b in couplings:
-            J[pos[u], pos[v]] = J[pos[v], pos[u]] = b
-        return np.array(fields, dtype=np.float64), J
+        n = len(labels)
+        rows, cols = np.asarray(rows, np.int64).reshape(-1), np.asarray(cols, np.int64).reshape(-1)
+        weights = np.asarray(weights, np.float64).reshape(-1)
+        if sparse is None:
+            sparse = n >= SPARSE_MIN_N and rows.size <= SPARSE_MAX_DENSITY * n * (n - 1) / 2
+        elif not isinstance(sparse, (bool, np.bool_)):
+            raise IsingTypeError(f"sparse must be True, False or None (choose by density); got {sparse!r}.")
+        h = np.array(fields, dtype=np.float64)
+        if sparse:
+            return h, SparseCouplings(CouplingGraph(n, np.stack([rows, cols], axis=1)), weights)
+        J = np.zeros((n, n))
+        J[rows, cols] = weights
+        J[cols, rows] = weights
+        return h, J
 
     @classmethod
-    def from_bqm(cls, bqm, beta=1.0) -> "IsingModel":
+    def from_bqm(cls, bqm, beta=1.0, *, sparse=None) -> "IsingModel":
         """Build a model from a ``dimod.BinaryQuadraticModel``; BINARY models are converted
         to SPIN. Labels and their order are kept. The BQM offset does not change the
-        distribution and is dropped."""
+        distribution and is dropped. ``sparse``: True gives ``J`` as an edge list
+        (:class:`~isingattn.sparse.SparseCouplings`, O(n + E) memory), False dense,
+        None (default) the edge list for sparse graphs (``n ≥ 64``, at most 10% of the
+        pairs coupled)."""
         import dimod
 
         if not isinstance(bqm, dimod.BinaryQuadraticModel):
@@ -285,12 +353,19 @@ class IsingModel(eqx.Module):
         if bqm.vartype is dimod.BINARY:
             bqm = bqm.change_vartype(dimod.SPIN, inplace=False)
         labels = list(bqm.variables)
-        h, J = cls._dense(labels,
-                          [-_real(f"from_bqm: the linear bias of {v!r}", bqm.get_linear(v)) for v in labels],
-                          ((u, v, -_real(f"from_bqm: the quadratic bias of ({u!r}, {v!r})", b))
-                           for (u, v), b in bqm.quadratic.items()),
-                          "from_bqm: the BQM has no variables; an Ising model needs at least one spin. "
-                          "Add variables to it (bqm.add_variable(v, bias)) before converting.")
+        empty = ("from_bqm: the BQM has no variables; an Ising model needs at least one spin. "
+                 "Add variables to it (bqm.add_variable(v, bias)) before converting.")
+        if labels and bqm.dtype != object:  # numeric biases: dimod's own vectors, no Python loop per edge
+            lin, (rows, cols, quad), _ = bqm.to_numpy_vectors(variable_order=labels)
+            h, J = cls._assemble(labels, -np.asarray(lin, np.float64), rows, cols, -np.asarray(quad, np.float64),
+                                 empty, sparse)
+        else:  # object biases: read one at a time, so a bad one is named
+            pos = {v: i for i, v in enumerate(labels)}
+            quad = [(pos[u], pos[v], -_real(f"from_bqm: the quadratic bias of ({u!r}, {v!r})", b))
+                    for (u, v), b in bqm.quadratic.items()]
+            rows, cols, w = (np.array(x) for x in zip(*quad)) if quad else ([], [], [])
+            h, J = cls._assemble(labels, [-_real(f"from_bqm: the linear bias of {v!r}", bqm.get_linear(v)) for v in labels],
+                                 rows, cols, w, empty, sparse)
         return cls(h, J, beta=beta, labels=labels)
 
     def to_networkx(self, index=None):
@@ -305,23 +380,25 @@ class IsingModel(eqx.Module):
         return G
 
     @classmethod
-    def from_networkx(cls, G, beta=None) -> "IsingModel":
+    def from_networkx(cls, G, beta=None, *, sparse=None) -> "IsingModel":
         """Build a model from a graph with node attribute ``h`` (default 0) and edge
-        attribute ``J`` (required). Node order gives spin order; labels are kept."""
+        attribute ``J`` (required). Node order gives spin order; labels are kept.
+        ``sparse`` as in :meth:`from_bqm`."""
         labels = list(G.nodes)
-
-        def couplings():
-            for u, v, d in G.edges(data=True):
-                if u == v:
-                    raise IsingInputError(f"self-loop on node {u!r}: Ising couplings need two distinct spins. Remove it.")
-                if "J" not in d:
-                    raise IsingInputError(f"edge ({u!r}, {v!r}) has no 'J' attribute. Set G.edges[u, v]['J'] = coupling.")
-                yield u, v, _real(f"from_networkx: edge ({u!r}, {v!r}) attribute 'J'", d["J"])
-
-        h, J = cls._dense(labels,
-                          [_real(f"from_networkx: node {v!r} attribute 'h'", G.nodes[v].get("h", 0.0)) for v in labels],
-                          couplings(), "from_networkx: the graph has no nodes; an Ising model needs at least one "
-                          "spin. Add nodes (G.add_node(v, h=field)) before converting.")
+        pos = {v: i for i, v in enumerate(labels)}
+        rows, cols, w = [], [], []
+        for u, v, d in G.edges(data=True):
+            if u == v:
+                raise IsingInputError(f"self-loop on node {u!r}: Ising couplings need two distinct spins. Remove it.")
+            if "J" not in d:
+                raise IsingInputError(f"edge ({u!r}, {v!r}) has no 'J' attribute. Set G.edges[u, v]['J'] = coupling.")
+            rows.append(pos[u])
+            cols.append(pos[v])
+            w.append(_real(f"from_networkx: edge ({u!r}, {v!r}) attribute 'J'", d["J"]))
+        h, J = cls._assemble(labels,
+                             [_real(f"from_networkx: node {v!r} attribute 'h'", G.nodes[v].get("h", 0.0)) for v in labels],
+                             rows, cols, w, "from_networkx: the graph has no nodes; an Ising model needs at least one "
+                             "spin. Add nodes (G.add_node(v, h=field)) before converting.", sparse)
         if beta is None:
             beta = G.graph.get("beta", 1.0)
         return cls(h, J, beta=beta, labels=labels)
@@ -370,21 +447,26 @@ def _validate_values(h, J, beta, given=None):
     ``given``: the arguments as passed (``{"h": ..., "J": ..., "beta": ...}``), used only to
     explain a failure caused by a narrowing float cast."""
     given = given or {}
-    traced = _is_traced(h, J, beta)
+    sparse = isinstance(J, SparseCouplings)  # symmetric with a zero diagonal by construction
+    Jw = J.weights if sparse else J
+    traced = _is_traced(h, Jw, beta)
     xp = jnp if traced else np
-    hh, JJ, bb = (h, J, beta) if traced else (np.asarray(h), np.asarray(J), np.asarray(beta))
-    with np.errstate(invalid="ignore"):  # inf - inf in a non-finite J: reported by the finiteness check
-        scale = xp.maximum(xp.max(xp.abs(JJ), initial=0.0), 1.0)
-        asym_size = xp.max(xp.abs(JJ - xp.swapaxes(JJ, -1, -2)), initial=0.0)
+    hh, JJ, bb = (h, Jw, beta) if traced else (np.asarray(h), np.asarray(Jw), np.asarray(beta))
     checks = [
         ("h", ~xp.all(xp.isfinite(hh)), "h contains NaN or inf; fields must be finite. Check the scores that produced them."),
         ("J", ~xp.all(xp.isfinite(JJ)), "J contains NaN or inf; couplings must be finite."),
-        ("J", asym_size > SYMMETRY_RTOL * scale,
-         f"J must be symmetric (|J - Jᵀ| ≤ {SYMMETRY_RTOL:g}·max|J|). Symmetrize it: J = (J + J.swapaxes(-1, -2)) / 2."),
-        ("J", xp.any(xp.diagonal(JJ, axis1=-2, axis2=-1) != 0),
-         "J must have a zero diagonal (s_j² = 1 makes it a constant). Zero it: J = J * (1 - eye(n))."),
-        ("beta", ~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."),
     ]
+    if not sparse:
+        with np.errstate(invalid="ignore"):  # inf - inf in a non-finite J: reported by the finiteness check
+            scale = xp.maximum(xp.max(xp.abs(JJ), initial=0.0), 1.0)
+            asym_size = xp.max(xp.abs(JJ - xp.swapaxes(JJ, -1, -2)), initial=0.0)
+        checks += [
+            ("J", asym_size > SYMMETRY_RTOL * scale,
+             f"J must be symmetric (|J - Jᵀ| ≤ {SYMMETRY_RTOL:g}·max|J|). Symmetrize it: J = (J + J.swapaxes(-1, -2)) / 2."),
+            ("J", xp.any(xp.diagonal(JJ, axis1=-2, axis2=-1) != 0),
+             "J must have a zero diagonal (s_j² = 1 makes it a constant). Zero it: J = J * (1 - eye(n))."),
+        ]
+    checks.append(("beta", ~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."))
     if traced:
         # Every field carries every check, so a jitted function that reads only beta (or
         # only J) of an invalid model raises too. The checks hang off a scalar that each
@@ -393,7 +475,7 @@ def _validate_values(h, J, beta, given=None):
         ok = jnp.zeros((), jnp.result_type(h))
         for _, bad, msg in checks:
             ok = eqx.error_if(ok, bad, msg)
-        return h + ok, J + ok, beta + ok
+        return h + ok, (J.with_weights(Jw + ok) if sparse else J + ok), beta + ok
     for name, bad, msg in checks:
         if bool(bad):
             detail = ""

@@ -160,6 +160,19 @@ def test_shared_J_equals_broadcast_J(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_sparse_couplings_equal_dense(name):
+    """The same model with J as an edge list (isingattn.sparse) gives the dense form's
+    result: to float tolerance, and for samplers the same draws for the same key."""
+    eng = engine(name)
+    mask = np.ones((Q, N), bool)
+    mask[1, 2] = False
+    dense = _model(mask=jnp.asarray(mask))
+    sparse = dense.sparsified()
+    assert sparse.is_sparse and sparse.J.graph.E == N - 1  # the chain's edges only
+    np.testing.assert_allclose(np.asarray(_call(eng, sparse).mean), np.asarray(_call(eng, dense).mean), atol=1e-9)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_jit_equals_eager(name):
     eng = engine(name)
     model = _model()
