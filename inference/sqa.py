@@ -92,6 +92,7 @@ from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
+from isingattn.sparse import SparseCouplings
 
 MODES = ("anneal", "thermal")
 RHAT_THRESHOLD = 1.1  # split R-hat of the tail energy above which thermal samples are flagged
@@ -121,17 +122,19 @@ def _frozen_spins(h, J, beta, up, down, num_draws: int):
 
 
 @partial(jax.jit, static_argnames=("num_reads", "trotter", "num_sweeps", "gamma_schedule", "mode",
-                                   "thermal_sweeps", "global_moves"))
+                                   "thermal_sweeps", "global_moves", "classes"))
 def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int, gamma_schedule: tuple,
-               mode: str, thermal_sweeps: int, global_moves: bool = True):
+               mode: str, thermal_sweeps: int, global_moves: bool = True, classes=None):
     """Run SQA and return one sample per read.
 
     Args:
         key: PRNG key. Every read, replica and spin draws its own uniforms from
             ``fold_in(key, sweep)`` (disjoint positions of the stream), so reads are
             independent and the result is a pure function of the key.
-        h ``[..., n]``, J ``[..., n, n]``: broadcast batch of models (J symmetric, zero
-            diagonal); beta: scalar.
+        h ``[..., n]``, J ``[..., n, n]`` (symmetric, zero diagonal) or a
+            :class:`~isingattn.sparse.SparseCouplings`: broadcast batch of models; beta: scalar.
+        classes: static colour classes of the sweep (:func:`sqa_sweep`); None: the
+            systematic scan (dense J only).
         Other arguments: see :class:`SQA`.
 
     Returns:
@@ -149,6 +152,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     P = trotter
 
     R = num_reads
+    J_r = _read_axis(J)  # J for states [R, *batch, P, n]: a size-1 axis for the replicas
     # Reads are a batch axis of the state [R, *batch, P, n] (not a vmap). Each sweep is
     # the public kernel sqa_sweep with key fold_in(key, sweep): its noise for every spin,
     # replica and read is drawn at once. The loop carries the spins in the kernel's own
@@ -161,9 +165,9 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
         def body(s_t, xs):
             t, g = xs
             state, info = sqa_sweep(jax.random.fold_in(key, t), SQAState(from_t(s_t)), h, J, beta, g, P,
-                                    global_moves=global_moves)
+                                    global_moves=global_moves, classes=classes)
             s = state.spins
-            E = energy(h[..., None, :], J[..., None, :, :], s) if trace_energy else None
+            E = energy(h[..., None, :], J_r, s) if trace_energy else None
             seen = (jnp.any(s > 0, axis=(0, -2)), jnp.any(s < 0, axis=(0, -2))) if trace_energy else None  # [*batch, n]
             return to_t(s), (info.acceptance_single, info.acceptance_global, E, seen)
 
@@ -175,7 +179,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     state, (acc_s, acc_g, _, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
     info = {"acceptance_single": acc_s.mean((0, 1)), "acceptance_global": acc_g.mean((0, 1))}
     if mode == "anneal":
-        E = energy(h[..., None, :], J[..., None, :, :], state.spins)  # [R, ..., P]
+        E = energy(h[..., None, :], J_r, state.spins)  # [R, ..., P]
         best = jnp.argmin(E, axis=-1)  # the lowest-energy replica, as openjij's get_solution
         s = jnp.take_along_axis(state.spins, best[..., None, None], axis=-2)[..., 0, :]
         E = jnp.min(E, axis=-1)
@@ -203,6 +207,13 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     r = len(batch)
     info["energy"] = jnp.moveaxis(E, 0, r)
     return jnp.moveaxis(s, 0, r), info
+
+
+def _read_axis(J):
+    """``J`` with a size-1 axis before its last two (dense) or last one (sparse weights)."""
+    if isinstance(J, SparseCouplings):
+        return J.with_weights(J.weights[..., None, :])
+    return J[..., None, :, :]
 
 
 # ---- the engine -------------------------------------------------------------------------------

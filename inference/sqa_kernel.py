@@ -14,7 +14,9 @@ import numpy as np
 
 from isingattn import prng
 from isingattn import validate as V
+from isingattn.energy import local_field_rows
 from isingattn.errors import IsingInputError
+from isingattn.sparse import SparseCouplings
 from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, spin_major  # noqa: F401
 
 SCHEDULES = ("linear", "geometric")
@@ -90,7 +92,6 @@ def ring_update(G, s, noise, J_in, *, bp, K, P: int, global_moves: bool):
     reduction for XLA to fuse (and recompute) inside it, which measured 10x slower.
     """
     E1, Eg = noise
-    colours = [np.flatnonzero(c) for c in _ring_colours(P)]
     new, d = [], []
     acc_s = [jnp.zeros(s.shape[2:], s.dtype) for _ in range(P)]
     acc_g = jnp.zeros(s.shape[2:], s.dtype)
@@ -98,25 +99,61 @@ def ring_update(G, s, noise, J_in, *, bp, K, P: int, global_moves: bool):
         f = G[i]
         for j in range(i):
             f = f + J_in[i, j] * d[j]
-        f = [f[k] for k in range(P)]
-        x = [s[i, k] for k in range(P)]
-        for c in colours:  # replicas of one colour do not neighbour each other: simultaneous moves
-            for k in c:
-                dS = 2.0 * bp * x[k] * f[k]
-                if P > 1:
-                    nb = x[k - 1] + x[(k + 1) % P]
-                    # nb == 0 when the neighbours disagree: no ring cost, and no inf*0 at Γ = 0
-                    dS = dS + jnp.where(nb == 0, 0.0, 2.0 * K * x[k] * nb)
-                acc = dS < E1[i, k]
-                x[k] = jnp.where(acc, -x[k], x[k])
-                acc_s[k] = acc_s[k] + acc.astype(s.dtype)
-        if global_moves:
-            accg = 2.0 * bp * sum(x[k] * f[k] for k in range(P)) < Eg[i]  # the ring term is invariant
-            x = [jnp.where(accg, -x[k], x[k]) for k in range(P)]
-            acc_g = acc_g + accg.astype(s.dtype)
+        x, a_s, a_g = spin_moves([f[k] for k in range(P)], [s[i, k] for k in range(P)], [E1[i, k] for k in range(P)],
+                                 Eg[i], bp=bp, K=K, P=P, global_moves=global_moves)
+        acc_s = [acc_s[k] + a_s[k] for k in range(P)]
+        acc_g = acc_g + a_g
         new.append(jnp.stack(x))
         d.append(new[i] - s[i])
     return jnp.stack(new), (jnp.stack(acc_s), acc_g)
+
+
+def spin_moves(f, x, E1, Eg, *, bp, K, P: int, global_moves: bool):
+    """The moves of one spin (or of several mutually uncoupled spins at once): the
+    single-spin Metropolis move in every replica, one ring colour at a time, then the
+    global move. Each argument is a list of ``P`` replica rows of any common shape:
+    ``f`` the local fields (they do not depend on the spin itself), ``x`` the spins
+    (0 = inactive: kept 0), ``E1`` the noise ``-log u``; ``Eg`` one row of global-move
+    noise. Returns the new rows, the accepted single moves per replica and the accepted
+    global moves (as the spins' dtype)."""
+    x = list(x)
+    dt = x[0].dtype
+    acc_s = [None] * P
+    for c in _ring_colours(P):  # replicas of one colour do not neighbour each other: simultaneous moves
+        for k in np.flatnonzero(c):
+            dS = 2.0 * bp * x[k] * f[k]
+            if P > 1:
+                nb = x[k - 1] + x[(k + 1) % P]
+                # nb == 0 when the neighbours disagree: no ring cost, and no inf*0 at Γ = 0
+                dS = dS + jnp.where(nb == 0, 0.0, 2.0 * K * x[k] * nb)
+            acc = dS < E1[k]
+            x[k] = jnp.where(acc, -x[k], x[k])
+            acc_s[k] = acc.astype(dt)
+    acc_g = jnp.zeros_like(x[0])
+    if global_moves:
+        accg = 2.0 * bp * sum(x[k] * f[k] for k in range(P)) < Eg  # the ring term is invariant
+        x = [jnp.where(accg, -x[k], x[k]) for k in range(P)]
+        acc_g = accg.astype(dt)
+    return x, acc_s, acc_g
+
+
+def class_sweep(field_rows, E1_t, Eg_t, s_t, classes, *, bp, K, P: int, global_moves: bool):
+    """One sweep by colour classes in spin-major layout ``s_t, E1_t [n, P, ...]``,
+    ``Eg_t [n, ...]``: the spins of a class are mutually uncoupled, so their moves
+    (:func:`spin_moves`) run at once, from fields ``field_rows(i, s_t) -> [m, P, ...]`` of
+    the current spins (a gather for sparse couplings, rows of a GEMM for dense ones).
+    Returns ``(s_t, (accepted single moves [P, ...], accepted global moves [...]))``."""
+    acc_s = jnp.zeros(s_t.shape[1:], s_t.dtype)
+    acc_g = jnp.zeros(s_t.shape[2:], s_t.dtype)
+    for c in classes:
+        i = np.asarray(c, np.int32)
+        f, x, e = field_rows(i, s_t), s_t[i], E1_t[i]  # [m, P, ...]
+        x, a_s, a_g = spin_moves([f[:, k] for k in range(P)], [x[:, k] for k in range(P)], [e[:, k] for k in range(P)],
+                                 Eg_t[i], bp=bp, K=K, P=P, global_moves=global_moves)
+        s_t = s_t.at[i].set(jnp.stack(x, axis=1), unique_indices=True, indices_are_sorted=True)
+        acc_s = acc_s + jnp.stack([a.sum(0) for a in a_s])
+        acc_g = acc_g + a_g.sum(0)
+    return s_t, (acc_s, acc_g)
 
 
 def _exp_noise(key, shape, dtype):
@@ -124,19 +161,24 @@ def _exp_noise(key, shape, dtype):
     return -jnp.log(prng.uniform(key, shape, dtype))
 
 
-def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True):
+def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True,
+              classes=None):
     """One sweep of the path-integral Metropolis kernel.
 
     Args:
         key: PRNG key (one for the whole state: every spin, replica and batch element
             draws its own uniform from it).
         state: :class:`SQAState` with spins ``[..., P, n]``.
-        h: fields ``[..., n]``; J: symmetric zero-diagonal couplings ``[..., n, n]``
-            (both broadcast against the state's batch).
+        h: fields ``[..., n]``; J: symmetric zero-diagonal couplings ``[..., n, n]``, or a
+            :class:`~isingattn.sparse.SparseCouplings` (both broadcast against the
+            state's batch).
         beta: inverse temperature (scalar); gamma: transverse field Γ ≥ 0 (scalar).
         P: Trotter number; must equal ``state.spins.shape[-2]`` (inferred when None).
             ``P = 1`` is plain classical Metropolis at β (no ring).
         global_moves: also propose flipping spin ``i`` in every replica.
+        classes: ``None``, the systematic scan ``0..n-1`` (dense J), or the static
+            classes of a proper colouring (``inference.coloring.color_classes``), each
+            moved at once; sparse couplings need them.
 
     Returns:
         ``(new_state, SQAInfo)``. Pure: the same key gives the same result.
@@ -148,10 +190,11 @@ def sqa_sweep(key, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, 
     E1 = _exp_noise(k1, (n, spins.shape[-2]) + batch, dt)  # one proposal per (spin, replica)
     Eg = _exp_noise(k2, (n,) + batch, dt) if global_moves else jnp.zeros((n,) + batch, dt)
     return sweep_with_noise(jnp.moveaxis(E1, (0, 1), (-1, -2)), jnp.moveaxis(Eg, 0, -1), state, h, J, beta, gamma,
-                            P, global_moves=global_moves)
+                            P, global_moves=global_moves, classes=classes)
 
 
-def sweep_with_noise(E1, Eg, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True):
+def sweep_with_noise(E1, Eg, state: SQAState, h, J, beta, gamma, P: Optional[int] = None, *, global_moves: bool = True,
+                     classes=None):
     """:func:`sqa_sweep` with its noise given: exponential variates ``-log u``,
     ``E1 [..., P, n]`` (single-spin moves, the state's layout) and ``Eg [..., n]``
     (global moves), so that a test or a run can supply them."""
@@ -161,18 +204,40 @@ def sweep_with_noise(E1, Eg, state: SQAState, h, J, beta, gamma, P: Optional[int
         P = spins.shape[-2]
     if spins.shape[-2] != P:
         raise IsingInputError(f"state has {spins.shape[-2]} replicas on axis -2 but P = {P}. Pass P = spins.shape[-2].")
+    sparse = isinstance(J, SparseCouplings)
+    if sparse and classes is None:
+        raise IsingInputError("an SQA sweep on sparse couplings needs colour classes: pass "
+                              "classes=inference.coloring.color_classes(J).")
     dt = spins.dtype
     batch = spins.shape[:-2]
     bp, K = _ring_constants(beta, gamma, P, dt)
-    h_t, J_t = spin_major(jnp.asarray(h, dt), jnp.asarray(J, dt), len(batch))
-    h_t, J_t = h_t[:, None], (J_t[:, :, None] if J_t.ndim > 2 else J_t)  # replica axis 1 of [n, P, *batch]
     to_t = lambda x: jnp.moveaxis(x, (-1, -2), (0, 1))  # [..., P, n] -> [n, P, ...]
-    update = partial(ring_update, bp=bp, K=K, P=P, global_moves=global_moves)
-    zero = jnp.zeros((P,) + batch, dt)
-    s_t, (acc_s, acc_g) = blocked_sweep(update, to_t(spins), h_t, J_t, (to_t(E1), jnp.moveaxis(Eg, -1, 0)),
-                                        (zero, zero[0]))
+    s_t, E1_t, Eg_t = to_t(spins), to_t(E1), jnp.moveaxis(Eg, -1, 0)
+    if sparse:
+        h_t, W_t = _sparse_rows(jnp.asarray(h, dt), J.astype(dt), len(batch))
+        nbr = J.graph.nbr
+        rows = lambda i, s_t: h_t[i] + jnp.einsum("md...,md...->m...", W_t[i], s_t[nbr[i]])
+    else:
+        h_t, J_t = spin_major(jnp.asarray(h, dt), jnp.asarray(J, dt), len(batch))
+        h_t, J_t = h_t[:, None], (J_t[:, :, None] if J_t.ndim > 2 else J_t)  # replica axis 1 of [n, P, *batch]
+        rows = lambda i, s_t: local_field_rows(h_t[i], J_t[i], s_t)
+    if classes is None:
+        update = partial(ring_update, bp=bp, K=K, P=P, global_moves=global_moves)
+        zero = jnp.zeros((P,) + batch, dt)
+        s_t, (acc_s, acc_g) = blocked_sweep(update, s_t, h_t, J_t, (E1_t, Eg_t), (zero, zero[0]))
+    else:
+        s_t, (acc_s, acc_g) = class_sweep(rows, E1_t, Eg_t, s_t, classes, bp=bp, K=K, P=P, global_moves=global_moves)
     info = SQAInfo(acceptance_single=acc_s.sum(0) / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
     return sqa_init(jnp.moveaxis(s_t, (0, 1), (-1, -2))), info
+
+
+def _sparse_rows(h, J: SparseCouplings, r: int):
+    """``h_t [n, 1, *batch']`` and neighbour weights ``W_t [n, d, 1, *batch']`` for spins
+    ``[n, P, *batch]`` with ``r`` batch axes (replica axis 1, size 1: shared by replicas)."""
+    lead = lambda x, k: x.reshape((1,) * max(r - (x.ndim - k), 0) + x.shape)
+    h_t = jnp.moveaxis(lead(h, 1), -1, 0)[:, None]
+    W_t = jnp.moveaxis(lead(J.neighbour_weights(), 2), (-2, -1), (0, 1))[:, :, None]
+    return h_t, W_t
 
 
 def _ring_constants(beta, gamma, P: int, dt):

@@ -208,3 +208,41 @@ def test_gibbs_sparse_sweep_makes_the_textbook_moves(shape, periodic):
     np.testing.assert_array_equal(dense, ref)
     for c in classes:  # a proper colouring
         assert not np.any(Jd[0][np.ix_(c, c)])
+
+
+@pytest.mark.parametrize("P", [1, 3])
+def test_sqa_class_sweep_sparse_equals_dense_and_the_textbook_moves(P):
+    """Given the same noise, the colour-class SQA sweep makes the moves of a loop over the
+    classes in order and their spins one at a time (ring colours, then the global move,
+    fields h + J s of the current spins), on sparse and on dense couplings alike."""
+    from isingattn.inference.coloring import color_classes
+    from isingattn.inference.sqa_kernel import SQAState, _ring_colours, sweep_with_noise, trotter_coupling
+
+    rng = np.random.default_rng(P)
+    g = graphs.lattice((3, 4))
+    J = SparseCouplings(g, jnp.asarray(rng.normal(size=g.E)))
+    Jd = _dense(g, np.asarray(J.weights))
+    classes = color_classes(J)
+    R, beta, gamma = 2, 1.1, 0.6
+    h = rng.normal(size=g.n)
+    s = rng.choice([-1.0, 1.0], size=(R, P, g.n))
+    E1 = rng.exponential(size=(R, P, g.n))
+    Eg = rng.exponential(size=(R, g.n))
+    run = lambda JJ: np.asarray(sweep_with_noise(jnp.asarray(E1), jnp.asarray(Eg), SQAState(jnp.asarray(s)), h, JJ,
+                                                 beta, gamma, P, classes=classes)[0].spins)
+    sparse, dense = run(J), run(jnp.asarray(Jd))
+    bp, K = beta / P, float(trotter_coupling(beta, gamma, P))
+    ref = s.copy()
+    for r in range(R):
+        for c in classes:
+            for i in c:
+                f = h[i] + ref[r] @ Jd[:, i]  # [P]
+                for col in _ring_colours(P):
+                    x = ref[r, :, i].copy()
+                    nb = np.roll(x, 1) + np.roll(x, -1) if P > 1 else np.zeros(P)
+                    dS = 2 * bp * x * f + np.where(nb == 0, 0.0, 2 * K * x * nb)
+                    ref[r, :, i] = np.where(col & (dS < E1[r, :, i]), -x, x)
+                if 2 * bp * np.sum(ref[r, :, i] * f) < Eg[r, i]:
+                    ref[r, :, i] *= -1
+    np.testing.assert_array_equal(sparse, ref)
+    np.testing.assert_array_equal(dense, ref)
