@@ -52,10 +52,12 @@ import numpy as np
 from isingattn import validate as V
 from isingattn.engine import ConvergenceWarning, Engine, register
 from isingattn.errors import IsingInputError
-from isingattn.inference.bp import bethe_corr, bp_map
+from isingattn.energy import local_field
+from isingattn.inference.bp import bethe_corr, bp_map, bp_map_sparse
 from isingattn.inference.fixed_point import DampedFixedPoint
 from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel
+from isingattn.sparse import SparseCouplings
 
 METHODS = ("naive", "tap", "bp")
 EPS_FLOOR = 64  # tol never goes below EPS_FLOOR·eps(dtype) (7.6e-6 in float32), so float32 can converge
@@ -108,6 +110,8 @@ class MeanField(Engine):
     cannot poison the gradient of a shared ``J``.
     """
 
+    sparse_native: ClassVar[bool] = True  # naive/TAP fields and BP messages on the edges of a sparse graph
+
     method: str = eqx.field(static=True, default="bp")
     damping: float = eqx.field(static=True, default=0.5, converter=V.plain)
     max_iter: int = eqx.field(static=True, default=500, converter=V.plain)
@@ -143,14 +147,22 @@ class MeanField(Engine):
         act = model.active()
         h, J = (x.astype(dt) for x in model.masked_parameters())
         beta = model.beta.astype(dt)
-        # Symmetrize and zero the diagonal: no-ops on valid input, but they make the
-        # gradient with respect to J symmetric and zero on the diagonal, as Exact's is.
-        J = (J + jnp.swapaxes(J, -1, -2)) / 2 * (1 - jnp.eye(n, dtype=dt))
+        sparse = isinstance(J, SparseCouplings)
+        if sparse and self.corr:
+            raise IsingInputError("MeanField(corr=True) returns corr [..., n, n], which a sparse graph does not store; "
+                                  "use corr=False, or model.densified() for a small graph.")
+        if not sparse:
+            # Symmetrize and zero the diagonal: no-ops on valid input, but they make the
+            # gradient with respect to J symmetric and zero on the diagonal, as Exact's is.
+            J = (J + jnp.swapaxes(J, -1, -2)) / 2 * (1 - jnp.eye(n, dtype=dt))
         h = jnp.broadcast_to(h, batch + (n,))
         tol = self._tol(dt)
         solver = DampedFixedPoint(1 - self.damping, tol, self.max_iter, len(batch))
 
-        if self.method == "bp":
+        if self.method == "bp" and sparse:
+            x0 = jnp.zeros(batch + (n, J.graph.max_degree), dt)
+            F, readout = bp_map_sparse(h, J, beta)
+        elif self.method == "bp":
             x0 = jnp.zeros(batch + (n, n), dt)
             F, readout = bp_map(h, J, beta)
         else:
@@ -196,13 +208,14 @@ def _with_h(model: IsingModel, h):
 
 
 def _naive(h, J, beta, tap: bool):
-    """Naive / TAP map on magnetizations ``m [..., n]``; readout is the identity."""
-    J2 = J * J
+    """Naive / TAP map on magnetizations ``m [..., n]``; readout is the identity. ``J``
+    dense or sparse (then O(E) per iteration)."""
+    J2 = J.with_weights(J.weights**2) if isinstance(J, SparseCouplings) else J * J
 
     def F(m):
-        field = h + jnp.einsum("...ik,...k->...i", J, m)
+        field = local_field(h, J, m)
         if tap:  # Onsager reaction term: the spin's own field fed back through its neighbours
-            field = field - beta * m * jnp.einsum("...ik,...k->...i", J2, 1 - m * m)
+            field = field - beta * m * local_field(0.0, J2, 1 - m * m)
         return jnp.tanh(beta * field)
 
     return F, lambda m: m

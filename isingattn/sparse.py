@@ -36,8 +36,10 @@ class CouplingGraph:
 
     Derived (numpy, read-only): ``nbr [n, d]``, the neighbours of every spin padded to
     the largest degree ``d`` with the spin itself, and ``slot [n, d]``, the edge index of
-    each neighbour (padding: ``E``, which selects a zero weight). A local field is then
-    a gather, ``h_i + Σ_k w[slot[i, k]] s[nbr[i, k]]``: O(n d) work.
+    each neighbour (padding: ``E``, which selects a zero weight), and ``rev [n, d]``, the
+    flat index ``j·d + k'`` at which spin ``i`` sits in the row of its ``k``-th neighbour
+    ``j`` (for messages that travel both ways). A local field is then a gather,
+    ``h_i + Σ_k w[slot[i, k]] s[nbr[i, k]]``: O(n d) work.
     """
 
     def __init__(self, n: int, edges):
@@ -85,8 +87,16 @@ class CouplingGraph:
         nbr = np.repeat(np.arange(n, dtype=np.int32)[:, None], d, axis=1)
         slot = np.full((n, d), E, np.int32)
         nbr[src, pos], slot[src, pos] = dst, eid
-        self.degree, self.nbr, self.slot = deg, nbr, slot
-        for a in (self.degree, self.nbr, self.slot):
+        # rev: for the slot (i, k) of neighbour j, the flat index j·d + k' of i in j's row
+        # (messages i -> j and j -> i of BP); padding points at itself
+        flat = src * d + pos
+        side = (src != e[eid, 0]).astype(np.int64)
+        edge_slot = np.empty((E, 2), np.int64)
+        edge_slot[eid, side] = flat
+        rev = np.arange(n * d, dtype=np.int32).reshape(n, d)
+        rev[src, pos] = edge_slot[eid, 1 - side]
+        self.degree, self.nbr, self.slot, self.rev = deg, nbr, slot, rev
+        for a in (self.degree, self.nbr, self.slot, self.rev):
             a.setflags(write=False)
         self._key = (n, E, hashlib.sha1(e.tobytes()).hexdigest())
 
