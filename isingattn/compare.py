@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from typing import Mapping, Optional, Sequence, Union
 
@@ -47,12 +48,14 @@ class Comparison(list):
 
 
 def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Union[str, Engine]]], *,
-            key: jax.Array, reference: Union[str, Engine, None] = None) -> Comparison:
+            key: jax.Array, reference: Union[str, Engine, None] = None, progress: bool = False) -> Comparison:
     """Run every engine on ``model`` (one unbatched model) and score it against a reference.
 
     The reference is ``Exact(corr=True)`` when ``reference`` is None or ``"exact"``
-    (``n ≤ EXACT_REFERENCE_MAX_N``), else the engine given (a registry name or an
-    engine). Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
+    (``n ≤ EXACT_REFERENCE_MAX_N``), ``"tree"`` for dwave-samplers' exact
+    TreeDecompositionSampler (low treewidth: trees, strips), else the engine given (a
+    registry name or an engine, e.g. a long Gibbs run, whose ``info["mcse"]`` then says
+    how precise the errors are). ``progress`` prints a line per engine to stderr. Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
     ``corr_err`` (max off-diagonal |Δ⟨s_j s_k⟩|, when the engine reports ``corr``),
     ``kl`` (KL(empirical ‖ exact) of the sample distribution, samplers with n ≤ 16) and
     ``kl_floor`` (the same for as many exact draws: the finite-sample bias to compare with),
@@ -69,7 +72,9 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         items = list(engines.items())
     else:
         items = [(e, get(e)) if isinstance(e, str) else (type(e).__name__, e) for e in engines]
-    if reference is None or (isinstance(reference, str) and reference == "exact"):
+    if isinstance(reference, str) and reference == "tree":
+        ref_engine, ref_name = _TreeReference(), "tree"
+    elif reference is None or (isinstance(reference, str) and reference == "exact"):
         if model.n > EXACT_REFERENCE_MAX_N:
             raise IsingInputError(
                 f"n = {model.n} is too large for an exact reference (at most {EXACT_REFERENCE_MAX_N} spins); "
@@ -78,16 +83,20 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         ref_engine = Exact(corr=True)
     else:
         ref_engine = get(reference) if isinstance(reference, str) else reference
-    ref_name = reference if isinstance(reference, str) else type(reference).__name__
+    if not (isinstance(reference, str) and reference == "tree"):
+        ref_name = reference if isinstance(reference, str) else type(reference).__name__
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     keys = jax.random.split(key, len(items) + 1)
+    t0 = time.perf_counter()
     ref = ref_engine.marginals(model, key=keys[-1])
     ref_mean = np.asarray(ref.mean)
+    say(f"reference {ref_name}: {time.perf_counter() - t0:.1f} s")
     ref_corr = None if ref.corr is None else np.asarray(ref.corr)
     logp = np.asarray(_exact_log_probs(model)) if model.n <= KL_MAX_N else None
-    off = ~np.eye(model.n, dtype=bool)
 
     rows = []
-    for (name, engine), k in zip(items, keys[:-1]):
+    for i, ((name, engine), k) in enumerate(zip(items, keys[:-1])):
+        say(f"[{i + 1}/{len(items)}] {name} ...")
         fn = jax.jit(lambda m, kk, e=engine: e.marginals(m, key=kk))
         t0 = time.perf_counter()
         out = jax.block_until_ready(fn(model, k))
@@ -99,7 +108,9 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         err = np.abs(mean - ref_mean)
         row = {"engine": name, "max_err": float(err.max()), "mean_err": float(err.mean()), "corr_err": math.nan,
                "kl": math.nan, "kl_floor": math.nan, "ess": math.nan, "wall_s": wall, "compile_s": max(first - wall, 0.0), "mean": mean}
+        say(f"[{i + 1}/{len(items)}] {name}: {wall:.2f} s (+ {row['compile_s']:.1f} s compile), max err {row['max_err']:.2e}")
         if out.corr is not None and ref_corr is not None and model.n > 1:
+            off = ~np.eye(model.n, dtype=bool)
             row["corr_err"] = float(np.abs(np.asarray(out.corr) - ref_corr)[off].max())
         if out.samples is not None and logp is not None:
             idx = _state_index(out.samples.reshape(-1, model.n))
@@ -115,6 +126,21 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
             row["ess"] = float(np.min(np.asarray(out.info["ess"])))
         rows.append(row)
     return Comparison(rows, ref, ref_name)
+
+
+class _TreeReference:
+    """dwave-samplers' TreeDecompositionSampler as a reference: exact marginals by variable
+    elimination, in time exponential in the treewidth only (chains, trees, strips, small
+    lattices)."""
+
+    def marginals(self, model: IsingModel, *, key=None) -> Marginals:
+        from dwave.samplers import TreeDecompositionSampler
+
+        ss = TreeDecompositionSampler().sample(model.to_bqm(), beta=float(model.beta), marginals=True, num_reads=1)
+        p_up = ss.info["variable_marginals"]  # {label: P(s = +1)}
+        labels = list(model.labels) if model.labels is not None else list(range(model.n))
+        return Marginals(mean=jnp.asarray([2 * p_up[v] - 1 for v in labels], model.dtype),
+                         info={"log_z": ss.info["log_partition_function"]})
 
 
 _COLS = [("engine", "engine", "{}"), ("max_err", "max err ⟨s⟩", "{:.2e}"), ("mean_err", "mean err ⟨s⟩", "{:.2e}"),

@@ -150,6 +150,18 @@ def _load_model(args):
         rng = np.random.default_rng(np.asarray(jax.random.key_data(jax.random.PRNGKey(args.seed))).ravel())
         h, J = random_model(rng, args.n, h_scale=args.h_scale, J_scale=args.j_scale, graph=args.graph)
         return IsingModel(h, J, beta=args.beta)
+    if ":" in args.graph and not os.path.isfile(args.graph):  # a sparse graph spec: lattice:64x64, pegasus:16, ...
+        from isingattn import graphs
+        from isingattn.errors import IsingInputError
+
+        k_graph, k_J, k_h = jax.random.split(jax.random.PRNGKey(args.seed), 3)
+        try:
+            g = graphs.parse(args.graph, key=k_graph)
+        except IsingInputError as e:
+            raise _error(f"--graph {args.graph}: {e}") from None
+        J = graphs.random_couplings(k_J, g, args.couplings, 1.0 if args.j_scale is None else args.j_scale)
+        h = jax.random.normal(k_h, (g.n,), J.dtype) * args.h_scale
+        return IsingModel(h, J, beta=args.beta)
     import dimod
 
     if not os.path.isfile(args.graph):
@@ -166,6 +178,7 @@ def _load_model(args):
 
 def _compare(args) -> int:
     import jax
+    import numpy as np
 
     from isingattn.compare import EXACT_REFERENCE_MAX_N, compare, format_table, plot_comparison
     from isingattn.inference import available
@@ -176,24 +189,47 @@ def _compare(args) -> int:
     if unknown:
         raise _error(f"--engines {','.join(args.engines)}: unknown engine(s) {', '.join(map(repr, unknown))}; "
                      f"available: {', '.join(available())}.")
-    if args.reference not in available():
-        raise _error(f"--reference {args.reference}: unknown engine; available: {', '.join(available())}.")
+    if args.reference not in available() and args.reference != "tree":
+        raise _error(f"--reference {args.reference}: unknown engine; available: tree (dwave-samplers' "
+                     f"TreeDecompositionSampler, exact for low treewidth), {', '.join(available())}.")
+    if args.reference_kw and args.reference == "tree":
+        raise _error("--reference-kw: the tree reference takes no settings.")
+    reference = args.reference
+    if args.reference not in ("exact", "tree"):
+        reference = _engine_from_args(args.reference, args.reference_kw, option="--reference")[0]
     if args.out:
         _check_writable(args.out, "--out")
     model = _load_model(args)
-    if args.reference == "exact" and model.n > EXACT_REFERENCE_MAX_N:
-        raise _error(f"--n {model.n}: the exact reference (--reference exact, the default) handles at most "
-                     f"{EXACT_REFERENCE_MAX_N} spins; pass --reference with an approximate engine, e.g. --reference "
-                     "gibbs (errors are then relative to it), or use --n ≤ 20.")
     engines = {name: _engine_from_args(name, "", option="--engines")[0] for name in args.engines}
+    if model.is_sparse:  # engines without an edge-list path would densify J: refuse them before any work
+        from isingattn.inference import get
+        from isingattn.model import DENSE_LIMIT_BYTES
+
+        dense = int(np.prod(model.J.shape)) * np.dtype(model.dtype).itemsize
+        runs = dict(engines, **({args.reference: reference} if args.reference not in ("exact", "tree") else {}))
+        heavy = sorted(name for name, e in runs.items() if not e.sparse_native)
+        if heavy and dense > DENSE_LIMIT_BYTES:
+            native = [n for n in available() if get(n).sparse_native]
+            raise _error(f"--graph {args.graph}: n = {model.n} spins; {', '.join(heavy)} need a dense J of "
+                         f"{dense / 2**30:.3g} GiB. Use engines that work on sparse graphs ({', '.join(native)}) and "
+                         "--reference tree or one of them.")
+    if args.reference == "exact" and model.n > EXACT_REFERENCE_MAX_N:
+        given = f"--n {model.n}" if args.graph in GRAPHS else f"--graph {args.graph} (n = {model.n})"
+        raise _error(f"{given}: the exact reference (--reference exact, the default) handles at most "
+                     f"{EXACT_REFERENCE_MAX_N} spins; pass --reference tree (low treewidth) or an approximate engine, "
+                     "e.g. --reference gibbs (errors are then relative to it), or use --n ≤ 20.")
     too_small = [f"{name} (at most {e.max_n})" for name, e in engines.items()
                  if isinstance(getattr(e, "max_n", None), int) and model.n > e.max_n]
     if too_small:
         raise _error(f"--engines: {', '.join(too_small)} cannot solve n = {model.n} spins; drop them from --engines "
                      "or use a smaller --n.")
-    rows = compare(model, engines, key=jax.random.PRNGKey(args.seed), reference=args.reference)
+    t0 = time.perf_counter()
+    rows = compare(model, engines, key=jax.random.PRNGKey(args.seed), reference=reference, progress=True)
+    mcse = rows.reference.info.get("mcse") if isinstance(rows.reference.info, dict) else None
+    precision = "" if mcse is None else f" (its MCSE: max {float(np.max(mcse)):.2g}, mean {float(np.mean(mcse)):.2g})"
     title = (f"engines on {args.graph} n={model.n} beta={float(model.beta):g} (seed {args.seed})"
-             + ("" if args.reference == "exact" else f", errors relative to {args.reference}"))
+             + ("" if args.reference == "exact" else f", errors relative to {args.reference}{precision}"))
+    print(f"compare: {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
     print(title + "\n\n" + format_table(rows, markdown=not args.plain))
     if args.out:
         from isingattn import atomic
@@ -318,7 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="compare inference engines on one coupling graph", **fmt)
     c.add_argument("--n", type=_positive_int, default=16, help="number of spins (generated graphs)")
-    c.add_argument("--graph", default="dense", help="dense, chain, lattice, or a dimod BQM file (bqm.to_file())")
+    c.add_argument("--graph", default="dense",
+                   help="dense, chain or lattice (--n spins, dense J); a sparse graph spec: lattice:64x64[:periodic], "
+                        "lattice:16x16x16, chimera:M, pegasus:M, zephyr:M, regular:N:DEGREE, er:N:P; or a dimod BQM "
+                        "file (bqm.to_file())")
+    c.add_argument("--couplings", choices=("pm", "gaussian"), default="pm",
+                   help="couplings of a sparse graph spec: ±j_scale (pm) or N(0, j_scale²)")
     c.add_argument("--beta", type=_positive_float, default=1.0, help="inverse temperature")
     c.add_argument("--h-scale", type=_nonnegative_float, default=1.0, help="fields ~ N(0, h_scale²)")
     c.add_argument("--j-scale", type=_nonnegative_float, default=None,
@@ -326,8 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--engines", type=_names, default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa",
                    help="comma-separated engines (registry names) to compare")
     c.add_argument("--reference", default="exact",
-                   help="engine the errors are measured against; exact handles n ≤ 20, above that name an "
-                        "approximate engine (e.g. gibbs)")
+                   help="what the errors are measured against: exact (n ≤ 20), tree (dwave-samplers' "
+                        "TreeDecompositionSampler: exact for low treewidth, e.g. strips), or an engine (e.g. banded for "
+                        "strips, or a long gibbs run with --reference-kw; its MCSE is printed)")
+    c.add_argument("--reference-kw", default="", help="settings of the reference engine, e.g. num_samples=20000,num_chains=16; without it its defaults")
     c.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of the generated graph and the samplers")
     c.add_argument("--out", default=None, help="folder for compare.md and compare.png; without it, print only")
     c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")
