@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
+from isingattn.diagnostics import pack_spins
 from isingattn.energy import energy, local_field
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
@@ -100,13 +102,42 @@ def _rb_mean_bwd(res, g):
 _rb_mean.defvjp(_rb_mean_fwd, _rb_mean_bwd)
 
 
-def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_blackwell: bool = False) -> Marginals:
+def spin_second_moment(draws, active=None):
+    """The second moment ``⟨s_j s_k⟩ [*batch, n, n]`` of spin draws ``[C, D, *batch, n]``
+    (every spin ±1 in every draw, or 0 throughout where ``active [*batch, n]`` is False),
+    from the draws packed 32 to a word (:func:`isingattn.diagnostics.pack_spins`): ``C·D
+    - 2·#(draws where s_j ≠ s_k)``, popcounts of XORs. The same numbers as the sample
+    second moment of :func:`sample_marginals` (whose float sums of ±1 are exact integers
+    up to 2^24 draws; these counts are exact to 2^31), at about a quarter of its GEMM's
+    time on CPU. Rows and columns of inactive spins are 0."""
+    C, D = draws.shape[:2]
+    shape = draws.shape[2:]
+    n = shape[-1]
+    W = pack_spins(draws.reshape(C, D, -1))
+    W = W.reshape(W.shape[:2] + (-1, n))  # [C, Nw, batch, n]
+
+    def chain(c, differ):  # one chain's words, every pair of spins (no transpose of the words:
+        w = W[c]  # XLA would fuse it into the packing, reading the draws strided)
+        return differ + lax.population_count(w[..., :, None] ^ w[..., None, :]).astype(jnp.int32).sum(0, dtype=jnp.int32)
+
+    differ = lax.fori_loop(0, C, chain, jnp.zeros(W.shape[2:] + (n,), jnp.int32))  # [batch, n, n]
+    dt = draws.dtype if jnp.issubdtype(draws.dtype, jnp.floating) else jnp.result_type(float)
+    corr = ((C * D - 2 * differ).astype(dt) / (C * D)).reshape(shape + (n,))
+    if active is not None:
+        act = jnp.broadcast_to(active, shape)
+        corr = jnp.where(act[..., :, None] & act[..., None, :], corr, 0.0)
+    return corr
+
+
+def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_blackwell: bool = False,
+                     corr=None) -> Marginals:
     """``Marginals`` from spin samples ``[..., S, n]`` (batch of the model, then samples).
 
     The mean is differentiable in ``h``, ``J`` and ``beta`` through the
     fluctuation–dissipation identities; inactive spins are zeroed. ``corr`` is the
-    sample second moment. ``rao_blackwell``: the mean of ``tanh(β(h + J s))`` instead
-    of ``s`` (see the module docstring).
+    sample second moment, computed here unless the caller gives it (``[..., n, n]``, e.g.
+    :func:`spin_second_moment` of the same draws). ``rao_blackwell``: the mean of
+    ``tanh(β(h + J s))`` instead of ``s`` (see the module docstring).
     """
     act = model.active()
     h, J = model.masked_parameters()
@@ -118,5 +149,6 @@ def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_black
     mean = (_rb_mean if rao_blackwell else _mean)(h, J, model.beta, samples)
     if rao_blackwell and act is not None:
         mean = jnp.where(act, mean, 0.0)
-    corr = jnp.einsum("...sj,...sk->...jk", samples, samples) / samples.shape[-2]
+    if corr is None:
+        corr = jnp.einsum("...sj,...sk->...jk", samples, samples) / samples.shape[-2]
     return Marginals(mean=mean, corr=corr, samples=samples, info={} if info is None else info)

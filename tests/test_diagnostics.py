@@ -74,3 +74,88 @@ def test_field_pinned_is_the_bound_in_its_docstring():
     # (1 - tanh(2.0) ≈ 0.036 ≤ 1/20 < 1 - tanh(1.7) ≈ 0.066)
     assert not bool(D.field_pinned(h, J, 1.0, 20)[2])
     assert bool(D.field_pinned(h, J, 1.0, 20, jnp.array([True, False, True]))[2])
+
+
+# --- spin draws: the packed-count path (what Gibbs runs) against numpyro ---------------
+
+
+def _spin_chains(rng, C, N, flip):
+    """±1 two-state Markov chains ``[C, N, len(flip)]``: each series flips with its own
+    probability per draw (small: long autocorrelation, many lags before Geyer's sequence
+    ends)."""
+    flips = rng.random((C, N, len(flip))) < np.asarray(flip)
+    start = rng.choice([-1.0, 1.0], size=(C, 1, len(flip)))
+    return start * np.cumprod(np.where(flips, -1.0, 1.0), axis=1)
+
+
+@pytest.mark.parametrize("C,N", [(1, 5), (1, 300), (4, 4), (3, 31), (4, 33), (2, 64), (5, 97), (64, 100), (4, 1000)])
+def test_spin_diagnostics_equal_numpyro(C, N):
+    rng = np.random.default_rng(C * 1000 + N)
+    x = _spin_chains(rng, C, N, [0.5, 0.3, 0.1, 0.02, 0.7, 0.95])
+    rhat, ess, err, const = (np.asarray(v) for v in jax.jit(D.spin_diagnostics)(x))
+    constant = (x == x[:1, :1]).all((0, 1))  # short single chains can be (numpyro: NaN; ours: C·N)
+    np.testing.assert_array_equal(const, constant)
+    assert (ess[constant] == C * N).all() and (err[constant] == 0).all()
+    x, rhat, ess, err = x[..., ~constant], rhat[~constant], ess[~constant], err[~constant]
+    ref_ess = np_ess(x)
+    np.testing.assert_allclose(ess, ref_ess, rtol=1e-10)
+    if N >= 4:
+        np.testing.assert_allclose(rhat, np_rhat(x), rtol=1e-10)
+    with np.errstate(invalid="ignore"):  # flip 0.95 over few draws: numpyro's tau < 0, ESS < 0, MCSE NaN
+        ref_err = x.reshape(C * N, -1).std(0) / np.sqrt(ref_ess)
+    np.testing.assert_allclose(err, ref_err, rtol=1e-10)
+
+
+def test_spin_ess_many_lags_and_fft_fallback_equal_numpyro():
+    # flip 0.005: Geyer's sequence runs for hundreds of lags (several 32-lag blocks, then,
+    # past direct_lags, the FFT); flip 0.3 ends within the first block
+    rng = np.random.default_rng(7)
+    x = _spin_chains(rng, 4, 2000, [0.005, 0.02, 0.3])
+    ref = np_ess(x)
+    for lags in (32, 96, 256, 4096):
+        np.testing.assert_allclose(np.asarray(jax.jit(lambda x: D.spin_diagnostics(x, direct_lags=lags)[1])(x)),
+                                   ref, rtol=1e-10)
+
+
+def test_spin_diagnostics_float32_within_rounding_of_numpyro():
+    rng = np.random.default_rng(3)
+    x = _spin_chains(rng, 256, 1000, [0.5, 0.2, 0.05, 0.9]).astype(np.float32)
+    rhat, ess, err, _ = jax.jit(D.spin_diagnostics)(x)
+    assert ess.dtype == jnp.float32 and rhat.dtype == jnp.float32
+    x64 = x.astype(np.float64)
+    # float32 arithmetic on exact counts. The antithetic series (flip 0.9, tau ≈ 0.06) amplifies
+    # rounding: there the float32 FFT path (effective_sample_size) is off by 6e-5, this one by 3e-5
+    np.testing.assert_allclose(np.asarray(ess), np_ess(x64), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(ess)[:3], np_ess(x64)[:3], rtol=5e-6)
+    np.testing.assert_allclose(np.asarray(rhat), np_rhat(x64), rtol=1e-6)
+
+
+def test_spin_diagnostics_constants_follow_the_one_convention():
+    rng = np.random.default_rng(4)
+    mixing = _spin_chains(rng, 3, 40, [0.4])
+    x = np.concatenate([mixing, np.ones((3, 40, 1)), -np.ones((3, 40, 1)), np.zeros((3, 40, 1))], axis=-1)
+    known = np.array([False, True, False, True])
+    rhat, ess, err, const = (np.asarray(v) for v in D.spin_diagnostics(x, known))
+    g_rhat, g_ess = np.asarray(D.split_gelman_rubin(x, known)), np.asarray(D.effective_sample_size(x, known))
+    np.testing.assert_array_equal(const, np.asarray(D.is_constant(x)))
+    assert const.tolist() == [False, True, True, True]
+    # known constants: R-hat 1, ESS C·N, MCSE 0; an unexplained one (spin 2): NaN
+    assert rhat[1] == rhat[3] == 1 and ess[1] == ess[3] == 120 and err[1] == err[3] == 0
+    assert np.isnan([rhat[2], ess[2], err[2]]).all()
+    np.testing.assert_allclose(rhat, g_rhat, rtol=1e-10)
+    np.testing.assert_allclose(ess, g_ess, rtol=1e-10)
+    # too few draws: NaN, as the generic estimators
+    r, e, _, _ = D.spin_diagnostics(x[:, :3])
+    assert np.isnan(np.asarray(r)).all() and np.allclose(np.asarray(e)[0], np_ess(x[:, :3, :1]))
+    assert np.isnan(np.asarray(D.spin_diagnostics(x[:, :1])[1])).all()
+
+
+def test_spin_diagnostics_batch_axes_and_jit_equal_eager():
+    rng = np.random.default_rng(5)
+    x = _spin_chains(rng, 4, 70, [0.3] * 6).reshape(4, 70, 2, 3)
+    eager = D.spin_diagnostics(x)
+    jitted = jax.jit(D.spin_diagnostics)(x)
+    for a, b in zip(eager, jitted):
+        assert a.shape == (2, 3)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14)  # XLA may fuse differently
+    np.testing.assert_allclose(np.asarray(eager[1]), np_ess(x), rtol=1e-10)
