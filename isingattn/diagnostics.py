@@ -212,7 +212,7 @@ def _spin_moments(ones, n: int, dt):
     """Chain means ``m`` and ``1 - m²`` of ±1 draws from the counts of +1 among ``n``:
     ``1 - m² = 4 o (n - o) / n²``, without the cancellation of ``1 - m²`` in floats."""
     o = ones.astype(dt)
-    return (2 * o - n) / n, 4 * o * (n - o) / (n * n)
+    return (2 * o - n) / n, 4 * o * (n - o) / (float(n) * n)  # float: n² overflows int32 for n = C·N
 
 
 def _spin_variance_stats(means, one_minus_m2, n: int):

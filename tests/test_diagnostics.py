@@ -127,6 +127,11 @@ def test_spin_diagnostics_float32_within_rounding_of_numpyro():
     # rounding: there the float32 FFT path (effective_sample_size) is off by 6e-5, this one by 3e-5
     np.testing.assert_allclose(np.asarray(ess), np_ess(x64), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(ess)[:3], np_ess(x64)[:3], rtol=5e-6)
+    # as users run it (x64 off): C·N = 256000 draws, (C·N)² past int32 (overflowed once)
+    with jax.enable_x64(False):
+        _, ess32, err32, _ = jax.jit(D.spin_diagnostics)(x)
+    np.testing.assert_allclose(np.asarray(ess32), np_ess(x64), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(err32), x64.reshape(-1, 4).std(0) / np.sqrt(np_ess(x64)), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(rhat), np_rhat(x64), rtol=1e-6)
 
 
