@@ -11,8 +11,8 @@ messages ``b_t`` give ``log Z`` and every marginal, ``⟨s_t⟩ ∝ Σ_x (α_t b
 
 Where it applies (no per-query ``mask``, no ``corr``, J shared along the query axis: the
 attention case), a blocked path runs first: ``k`` spins per step into a window of ``L = 2k ≥ w``
-spins, each step a batched GEMM with a table shared by the queries, causal queries swept over their
-own prefix only (``_blocked``; 4x (float64) to 8x (float32) faster than the sweep below in
+spins, each step a batched GEMM with a table shared by the queries, the steps a ``lax.scan`` (compile
+time independent of ``n``), causal queries swept over their own prefix only (``_blocked``; 4x (float64) to 8x (float32) faster than the sweep below in
 benchmarks/banded.py at T = 256, w = 8). Models
 that fail its underflow bound, and everything else, take the per-spin sweep, with two paths as in
 ``Exact``:

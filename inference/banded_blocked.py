@@ -28,10 +28,11 @@ def _band(J, w):
     return jnp.where(ok, (lower + upper) / 2, 0.0)
 
 
-
 BLOCK_MIN = 4  # spins per block at least (fewer GEMM steps for small w)
 BLOCK_MAX = 16  # 2^(L+k) entries per step table
-MAX_BLOCKS = 128  # the block loop is unrolled
+MAX_BLOCKS = 128  # every step's forward message is kept: beyond this, the per-spin sweep (O(sqrt(n)) of them)
+CAUSAL_GROUPS = 4  # causal: scans over the rows still live, work (1 + 1/G)/2 of full chains; compile time ~ G
+PLAIN_UNROLL = 4  # not causal: steps per scan iteration (1 costs ~7% at T=256, w=8 in benchmarks/banded.py)
 
 
 def _block_len(n: int, w: int) -> tuple:
@@ -81,12 +82,13 @@ def _blocked(h, J, beta, w: int, causal: bool, layout):
     ``[queries, 2^k] @ [2^k, 2^k]``, ``O(2^(L+k) / k)`` flops per spin and query, and autodiff
     through it is GEMMs too. The backward message is the transposed product, and
     ``P(x) ∝ α(x) β(x)`` gives the marginals of the new spins. Messages are rescaled to max 1
-    after every step.
+    after every step. The steps run as ``lax.scan``s (compile time independent of ``n``).
 
-    Causal: query ``i`` sees spins ``0..i`` only. The loop over steps is unrolled and step ``b``
-    works on the queries ``i ≥ bk`` alone (half the work of full chains); a query's last step
-    uses ``K`` with the couplings of its inactive spins removed (one table per prefix length
-    ``r = 1..k``)."""
+    Causal: query ``i`` sees spins ``0..i``, so it ends at step ``i // k``. The steps are split into
+    ``CAUSAL_GROUPS`` scans, each over the queries still live at its first step (about
+    ``(1 + 1/CAUSAL_GROUPS) / 2`` of the work of full chains); the ``k`` queries that end at a step
+    use, there, ``K`` with the couplings of their inactive spins removed (one table per prefix
+    length ``r = 1..k``), and the queries that ended before run on with zero fields (ignored)."""
     batch, jb, kr = layout
     sg = lax.stop_gradient
     dt = h.dtype
@@ -97,8 +99,9 @@ def _blocked(h, J, beta, w: int, causal: bool, layout):
     N = nb * k
     lead = batch[: len(batch) - kr]
     R = int(np.prod(batch[len(batch) - kr:], dtype=np.int64))
+    Rp = N if causal else R  # causal: rows padded to whole steps, k of them end at every step
     hh = jnp.broadcast_to(h, batch + (n,)).reshape(lead + (R, n))
-    hh = jnp.pad(hh, [(0, 0)] * (hh.ndim - 1) + [(0, N - n)])
+    hh = jnp.pad(hh, [(0, 0)] * len(lead) + [(0, Rp - R), (0, N - n)])
     jl = jb[: len(lead)]
     keep = [d != 1 for d in jl]
     Jt = J.reshape(tuple(d for d in jl if d != 1) + (n, n))
@@ -106,7 +109,8 @@ def _blocked(h, J, beta, w: int, causal: bool, layout):
     ml = "".join(c for c, kp in zip(letters, keep) if kp)
     ein = lambda spec, *xs: jnp.einsum(spec.replace("A", letters).replace("M", ml), *xs)
 
-    # couplings of step b: C[b, t, u] between new spin bk+t and spin bk-L+u (u < L: the window)
+    # couplings of step b: C[b, t, u] between new spin bk+t and spin bk-L+u (u < L: the window);
+    # 0 for the padding spins bk+t ≥ n (whose rows of Jw are 0), so they are free spins
     Jw = jnp.pad(_band(Jt, w), [(0, 0)] * (Jt.ndim - 2) + [(0, N - n), (0, 0)])  # [..J, N, w]
     t = np.arange(k)[:, None]
     u = np.arange(L + k)[None, :]
@@ -124,110 +128,124 @@ def _blocked(h, J, beta, w: int, causal: bool, layout):
         K = jnp.exp(E - shift[..., None, None])
         return K.reshape(K.shape[:-2] + (nk, ns, nk)), shift
 
-    if causal:  # one table per prefix length r = 1..k in every step
+    steps_first = lambda x, ax: jnp.moveaxis(x, ax, 0)
+    if causal:  # one table per prefix length r = 1..k in every step (r = k: the full table)
         rmask = (np.arange(k)[None, :] < np.arange(1, k + 1)[:, None]).astype(dt)  # [r, t]
         Kr, shr = tables(C[..., :, None, :, :] * rmask[:, :, None])  # [..J, nb, k, nk, ns, nk], [..J, nb, k]
         Kfull, shfull = Kr[..., k - 1, :, :, :], shr[..., k - 1]
+        Kr, shr = steps_first(Kr, -5), steps_first(shr, -2)
     else:
         Kfull, shfull = tables(C)  # [..J, nb, nk, ns, nk]
-        r_last = n - (nb - 1) * k
-        Klast, shlast = tables(C[..., nb - 1, :, :] * (np.arange(k) < r_last).astype(dt)[:, None])
+    Kfull, shfull = steps_first(Kfull, -4), steps_first(shfull, -1)
 
     tiny = float(jnp.finfo(dt).tiny)
     log_k_tiny = math.log((2 * nk + 1) * tiny)  # each entry: ≤ 2^k flushed products and K's own flushes
-    guard = lambda x, floor: (jnp.where(x > floor, x, 1.0), jnp.where(x > floor, 0.0, jnp.inf))
+    guard = lambda x, floor: (jnp.where(x > floor, x, 1.0), jnp.where(x > floor, jnp.zeros_like(x), jnp.inf))
+    pad_rows = lambda x, lo, ax, v: jnp.pad(x, [(0, 0)] * (x.ndim + ax) + [(lo, 0)] + [(0, 0)] * (-ax - 1),
+                                            constant_values=v)
+    dslice = lambda x, o, ax: lax.dynamic_slice_in_dim(x, o, k, axis=ax)  # the k rows that end at this step
+    dput = lambda x, y, o, ax: lax.dynamic_update_slice_in_dim(x, y.astype(x.dtype), o, axis=ax)
 
     def unsq(x, nrest):  # [..J squeezed, *rest] -> [..J with ones, *rest], broadcasts against lead
         return x.reshape(tuple(d if kp else 1 for d, kp in zip(jl, keep)) + x.shape[x.ndim - nrest:])
 
-    def jshift(s, rows_):  # per-J shift [..J squeezed] -> [*lead, rows_]
-        return jnp.broadcast_to(unsq(s[..., None], 1), lead + (rows_,))
-
-    def live(b):  # (first live row, rows that end at step b)
+    def step_inputs(b0, b1, lo):
+        """Per-step inputs of steps b0..b1-1 on rows lo..Rp-1, steps first."""
+        rows_ = Rp - lo
+        hb = hh[..., lo:, b0 * k:b1 * k].reshape(lead + (rows_, b1 - b0, k))
+        j = (np.arange(b0, b1)[:, None, None] * k + np.arange(k)[None, None, :])  # [steps, 1, k]: spin index
         if causal:
-            return b * k, min(k, R - b * k)
-        return 0, (R if b == nb - 1 else 0)
-
-    def active(b, rows_, ne):  # [rows, k] active new spins
+            i = lo + np.arange(rows_)[None, :, None]
+            act, valid = j <= i, (i[..., 0] >= np.arange(b0, b1)[:, None] * k)  # [steps, rows, k], [steps, rows]
+        else:
+            act, valid = j < n, None
+        xs = dict(h=steps_first(hb, -2), act=act.astype(dt), K=Kfull[b0:b1], sh=shfull[b0:b1])
         if causal:
-            am = np.ones((rows_, k), bool)
-            am[:ne] = np.arange(k)[None, :] <= np.arange(ne)[:, None]
-            return am
-        return np.broadcast_to(np.arange(k) < (r_last if b == nb - 1 else k), (rows_, k))
+            xs.update(valid=valid, o=jnp.asarray((np.arange(b0, b1) - b0) * k + (b0 * k - lo), jnp.int32),
+                      Kr=Kr[b0:b1], shr=shr[b0:b1])
+        return xs
 
-    alphas, ds, cs, lzs, fl = [], [], [], [], []
-    alpha = c = None
-    for b in range(nb):
-        lo, ne = live(b)
-        rows_ = R - lo
-        hb = hh[..., lo:, b * k:(b + 1) * k] * active(b, rows_, ne).astype(dt)  # [*lead, rows, k]
+    def fwd(carry, x):  # the window after step b-1 -> after step b, for every row
+        a, c = carry  # [*lead, rows, 2^L] (max 1), [*lead, rows]: log of its scale
+        rows_ = a.shape[-2]
+        hb = x["h"] * x["act"]  # [*lead, rows, k]: inactive spins are free
         dshift = sg(beta * jnp.abs(hb).sum(-1))
         d = jnp.exp(beta * (hb @ Sk.T) - dshift[..., None])  # [*lead, rows, 2^k]
-        if b == 0:  # before spin 0: one fixed window (its couplings are 0)
-            a = jnp.zeros(lead + (rows_, nL), dt).at[..., 0].set(1.0)
-        else:
-            a = alpha[..., alpha.shape[-2] - rows_:, :]
         a = a.reshape(a.shape[:-1] + (nk, ns))
-        if causal:
-            ge = ein("Aels,Melsy->Aesy", a[..., :ne, :, :], Kr[..., b, :ne, :, :, :])
-            gr = ein("Arls,Mlsy->Arsy", a[..., ne:, :, :], Kfull[..., b, :, :, :])
-            g = jnp.concatenate([ge, gr], axis=-3)
-            shift = jnp.concatenate([jshift(shr[..., b, e], 1) for e in range(ne)] +
-                                    ([jshift(shfull[..., b], rows_ - ne)] if rows_ > ne else []), axis=-1)
-        else:
-            Kb, shb = (Klast, shlast) if b == nb - 1 else (Kfull[..., b, :, :, :], shfull[..., b])
-            g = ein("Arls,Mlsy->Arsy", a, Kb)
-            shift = jshift(shb, rows_)
+        g = ein("Arls,Mlsy->Arsy", a, x["K"])
+        shift = jnp.broadcast_to(unsq(x["sh"][..., None], 1), lead + (rows_,))
+        if causal:  # the k rows that end here: one prefix table each
+            o = x["o"]
+            g = dput(g, ein("Aels,Melsy->Aesy", dslice(a, o, -3), x["Kr"]), o, -3)
+            shift = dput(shift, jnp.broadcast_to(unsq(x["shr"], 1), lead + (k,)), o, -1)
         g = (g * d[..., None, :]).reshape(lead + (rows_, nL))
-        c_prev = 0.0 if b == 0 else c[..., c.shape[-1] - rows_:]
         Mx, flag = guard(sg(jnp.max(g, axis=-1)), tiny)
         alpha = g / Mx[..., None]
-        c = c_prev + jnp.log(Mx) + shift + dshift
-        alphas.append(alpha)
-        ds.append(d)
-        cs.append(Mx)
-        if ne:
-            free = (k - (np.arange(ne) + 1)) if causal else np.full(ne, k - r_last)
-            tot, fz = guard(alpha[..., :ne, :].sum(-1), tiny)
-            lzs.append(c[..., :ne] + jnp.log(tot) - free.astype(dt) * math.log(2.0))
-            flag = flag + jnp.pad(fz, [(0, 0)] * len(lead) + [(0, rows_ - ne)])
-        fl.append(flag)
+        c = c + jnp.log(Mx) + shift + dshift
+        out = dict(alpha=alpha, d=d, Mx=Mx, flag=flag)
+        if causal:  # log Z of the rows that end here; each inactive spin of their step is a free factor 2
+            tot, fz = guard(dslice(alpha, o, -2).sum(-1), tiny)
+            out.update(lz=dslice(c, o, -1) + jnp.log(tot) - (k - 1 - np.arange(k)).astype(dt) * math.log(2.0), fz=fz)
+        return (alpha, c), out
 
-    means, losts = [None] * nb, [None] * nb
-    bm = None
-    for b in range(nb - 1, -1, -1):
-        lo, ne = live(b)
-        rows_ = R - lo
-        if b == nb - 1:
-            bm, Mb = jnp.ones(lead + (rows_, nL), dt), jnp.ones(lead + (rows_,), dt)
-        else:
-            _, ne1 = live(b + 1)
-            v = bm.reshape(bm.shape[:-1] + (ns, nk)) * ds[b + 1][..., None, :]  # [*lead, rows_{b+1}, s, y]
-            if causal:
-                pe = ein("Aesy,Melsy->Aels", v[..., :ne1, :, :], Kr[..., b + 1, :ne1, :, :, :])
-                pr = ein("Arsy,Mlsy->Arls", v[..., ne1:, :, :], Kfull[..., b + 1, :, :, :])
-                prop = jnp.concatenate([pe, pr], axis=-3).reshape(lead + (rows_ - ne, nL))
-                bm = jnp.concatenate([jnp.ones(lead + (ne, nL), dt), prop], axis=-2) if ne else prop
-            else:
-                Kb1 = Klast if b + 1 == nb - 1 else Kfull[..., b + 1, :, :, :]
-                bm = ein("Arsy,Mlsy->Arls", v, Kb1).reshape(lead + (rows_, nL))
-            Mb, flag = guard(sg(jnp.max(bm, axis=-1)), tiny)
-            bm = bm / Mb[..., None]
-            fl[b] = fl[b] + flag
-        a = alphas[b]
+    def bwd(carry, x):  # β over the window after step b (rescaled to max 1) -> after step b-1; marginals of step b
+        bm, Mb, bfl = carry
+        if causal:  # the rows that end here start from β = 1
+            o = x["o"]
+            bm = dput(bm, jnp.ones(lead + (k, nL), dt), o, -2)
+            Mb, bfl = dput(Mb, jnp.ones(lead + (k,), dt), o, -1), dput(bfl, jnp.zeros(lead + (k,), dt), o, -1)
+        a = x["alpha"]
         P = a * bm
         Pn = P.reshape(P.shape[:-1] + (ns, nk)).sum(-2)  # [*lead, rows, 2^k]: the new spins
         tot, flag = guard(Pn.sum(-1), math.sqrt(tiny))
-        m = (Pn @ Sk) / tot[..., None]  # [*lead, rows, k]
+        m = jnp.where(x["act"] > 0, (Pn @ Sk) / tot[..., None], 0.0)  # [*lead, rows, k]
         la, lb, lt = sg(jnp.log(a.sum(-1))), sg(jnp.log(bm.sum(-1))), sg(jnp.log(tot))
-        lost = jnp.logaddexp(log_k_tiny - jnp.log(cs[b]) + lb - lt, log_k_tiny - jnp.log(Mb) + la - lt) + flag + fl[b]
-        m = jnp.where(active(b, rows_, ne), m, 0.0)
-        if lo:
-            m = jnp.pad(m, [(0, 0)] * len(lead) + [(lo, 0), (0, 0)])
-            lost = jnp.pad(lost, [(0, 0)] * len(lead) + [(lo, 0)], constant_values=-jnp.inf)
-        means[b], losts[b] = m, lost
-    mean = jnp.concatenate(means, axis=-1)[..., :n]
-    log_z = jnp.concatenate(lzs, axis=-1)
-    lost = jax.nn.logsumexp(jnp.stack(losts), axis=0)
+        lost = (jnp.logaddexp(log_k_tiny - jnp.log(x["Mx"]) + lb - lt, log_k_tiny - jnp.log(Mb) + la - lt)
+                + flag + x["flag"] + bfl)
+        if causal:  # rows that ended before this step are not part of any result
+            lost = jnp.where(x["valid"], lost, -jnp.inf)
+        v = bm.reshape(bm.shape[:-1] + (ns, nk)) * x["d"][..., None, :]  # [*lead, rows, s, y]
+        prop = ein("Arsy,Mlsy->Arls", v, x["K"])
+        if causal:
+            prop = dput(prop, ein("Aesy,Melsy->Aels", dslice(v, o, -3), x["Kr"]), o, -3)
+        prop = prop.reshape(bm.shape)
+        Mb, bfl = guard(sg(jnp.max(prop, axis=-1)), tiny)
+        return (prop / Mb[..., None], Mb, bfl), (m, lost)
+
+    # causal: group g covers steps bounds[g]..bounds[g+1]-1 on the rows live at its first step
+    G = min(CAUSAL_GROUPS, nb) if causal else 1
+    bounds = [(g * nb) // G for g in range(G + 1)]
+    los = [b0 * k if causal else 0 for b0 in bounds[:-1]]
+    unroll = 1 if causal else PLAIN_UNROLL
+    carry = (jnp.zeros(lead + (Rp, nL), dt).at[..., 0].set(1.0), jnp.zeros(lead + (Rp,), dt))  # before spin 0
+    fouts = []
+    for g in range(G):
+        done = los[g] - (los[g - 1] if g else 0)  # rows that ended in the group before: dropped
+        carry = (carry[0][..., done:, :], carry[1][..., done:])
+        carry, out = lax.scan(fwd, carry, step_inputs(bounds[g], bounds[g + 1], los[g]), unroll=unroll)
+        fouts.append(out)
+    if causal:
+        log_z = jnp.concatenate([jnp.moveaxis(o["lz"], 0, -2).reshape(lead + (-1,)) for o in fouts], axis=-1)
+        fz = jnp.concatenate([jnp.moveaxis(o["fz"], 0, -2).reshape(lead + (-1,)) for o in fouts], axis=-1)
+    else:  # every row ends at the last step; the padding spins after spin n-1 are free
+        tot, fz = guard(carry[0].sum(-1), tiny)
+        log_z = carry[1] + jnp.log(tot) - (N - n) * math.log(2.0)
+
+    bcarry = (jnp.ones(lead + (Rp - los[-1], nL), dt), jnp.ones(lead + (Rp - los[-1],), dt),
+              jnp.zeros(lead + (Rp - los[-1],), dt))
+    means, lost = [None] * G, jnp.full(lead + (Rp,), -jnp.inf, dt)
+    for g in range(G - 1, -1, -1):
+        if g < G - 1:  # the rows that end in this group join (their β is set at their last step)
+            grow = los[g + 1] - los[g]
+            bcarry = tuple(pad_rows(x, grow, ax, 1.0 if i < 2 else 0.0)
+                           for i, (x, ax) in enumerate(zip(bcarry, (-2, -1, -1))))
+        xs = {**step_inputs(bounds[g], bounds[g + 1], los[g]), **fouts[g]}
+        for key in ("h", "lz", "fz"):  # not needed backward
+            xs.pop(key, None)
+        bcarry, (m, ls) = lax.scan(bwd, bcarry, xs, reverse=True, unroll=unroll)
+        means[g] = pad_rows(jnp.moveaxis(m, 0, -2).reshape(lead + (Rp - los[g], -1)), los[g], -2, 0.0)
+        lost = jnp.logaddexp(lost, pad_rows(jax.nn.logsumexp(ls, axis=0), los[g], -1, -jnp.inf))
+    mean = jnp.concatenate(means, axis=-1)[..., :R, :n]
+    lost = (lost + fz)[..., :R]
     lost = sg(jnp.where(jnp.isnan(lost), jnp.inf, lost))
-    return (mean.reshape(batch + (n,)), log_z.reshape(batch), lost.reshape(batch))
+    return (mean.reshape(batch + (n,)), log_z[..., :R].reshape(batch), lost.reshape(batch))
