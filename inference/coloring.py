@@ -78,6 +78,12 @@ def _two_colouring(graph: CouplingGraph):
     return None if np.any(colour[e[:, 0]] == colour[e[:, 1]]) else colour
 
 
+def as_classes(colors):
+    """The ``colors`` setting of an engine as static config (hashable): ``None``, or nested
+    sequences of spin indices as a tuple of tuples of ``int``."""
+    return None if colors is None else _index_classes(colors)
+
+
 def _index_classes(colors) -> tuple:
     """Nested sequences of spin indices -> tuple of tuples of ``int``. Only integers are
     indices: ``int("x")`` would raise a bare ValueError and ``int(0.5)`` silently give 0."""

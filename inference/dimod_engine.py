@@ -23,6 +23,7 @@ from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel, _is_traced
+from isingattn.sparse import SparseCouplings
 
 
 def beta_kwargs(sampler, beta: float) -> Optional[dict]:
@@ -62,6 +63,7 @@ class DimodEngine(Engine):
     num_reads: int = eqx.field(static=True, default=256)
     needs_key: ClassVar[bool] = True  # it seeds the sampler
     jit: ClassVar[bool] = False  # the sampler runs on the host (pure_callback works under a caller's jit too)
+    sparse_native: ClassVar[bool] = True  # an edge list goes to the BQM as it is, never densified
 
     def __init__(self, sampler=None, num_reads: int = 256, **sample_kwargs):
         num_reads = V.positive_int("num_reads", num_reads, owner="DimodEngine")  # 0 reads: NaN marginals
@@ -96,10 +98,14 @@ class DimodEngine(Engine):
         seeds = jax.random.randint(key, (size,), 0, 2**31 - 1)
         h, J = model.masked_parameters()
         h = jnp.broadcast_to(h, batch + (n,)).reshape(size, n)
-        J = jnp.broadcast_to(J, batch + (n, n)).reshape(size, n, n)
+        graph = J.graph if isinstance(J, SparseCouplings) else None  # the edge list goes to the BQM as it is
+        if graph is None:
+            J = jnp.broadcast_to(J, batch + (n, n)).reshape(size, n, n)
+        else:
+            J = jnp.broadcast_to(J.weights, batch + (graph.E,)).reshape(size, graph.E)
         bk = beta_kwargs(self.sampler, 1.0)
         out = jax.ShapeDtypeStruct((size, S, n), model.dtype)
-        host = functools.partial(self._host_sample, dtype=np.dtype(model.dtype))
+        host = functools.partial(self._host_sample, dtype=np.dtype(model.dtype), graph=graph)
         # The samples carry no gradient (sample_marginals' fluctuation identities supply it), and
         # pure_callback has no JVP: without stop_gradient, jax.grad and training fail.
         sg = jax.lax.stop_gradient
@@ -107,12 +113,14 @@ class DimodEngine(Engine):
         samples = samples.reshape(batch + (S, n))
         return sample_marginals(model, samples, info={"at_beta": jnp.full(batch, bk is not None)})
 
-    def _host_sample(self, h, J, beta, seeds, *, dtype):
+    def _host_sample(self, h, J, beta, seeds, *, dtype, graph=None):
+        """Sample every model on the host: ``h [B, n]``, ``J [B, n, n]`` or, with ``graph``,
+        edge weights ``[B, E]``; returns ``[B, num_reads, n]``."""
         h, J, beta = np.asarray(h, np.float64), np.asarray(J, np.float64), float(beta)
         params = getattr(self.sampler, "parameters", {}) or {}
         out = np.zeros(h.shape[:1] + (self.num_reads, h.shape[-1]), dtype=dtype)
         for b in range(h.shape[0]):
-            bqm = IsingModel(h[b], J[b]).to_bqm()
+            bqm = IsingModel(h[b], J[b] if graph is None else SparseCouplings(graph, J[b])).to_bqm()
             kw = dict(self.sample_kwargs)
             kw.update(beta_kwargs(self.sampler, beta) or {})
             if "seed" in params or "seed" in kw:

@@ -54,7 +54,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.coloring import SCHEDULES, _index_classes, color_classes, schedule_classes  # noqa: F401
+from isingattn.inference.coloring import SCHEDULES, as_classes, color_classes, schedule_classes  # noqa: F401
 from isingattn.inference.gibbs_kernel import (  # noqa: F401  (kernel moved; names kept importable here)
     SWEEP_BLOCK,
     GibbsInfo,
@@ -76,8 +76,10 @@ from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals, spin_second_moment
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
+from isingattn.sparse import SparseCouplings
 
 NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
+NOISE_CHUNK_ELEMENTS = 2**24
 
 __all__ = [
     "GibbsState",
@@ -145,7 +147,8 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     total = burn + D * thin
     dtype = h.dtype
     shape = tuple(shape)
-    h, J = jnp.asarray(h, dtype), jnp.asarray(J, dtype)
+    h = jnp.asarray(h, dtype)
+    J = J.astype(dtype) if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
 
     state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, num_chains))
     s = state.spins  # [C, *batch, n]
@@ -164,7 +167,8 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
     # from the keys _chain_step splits. One loop over chunks, an inner one over the
     # sweeps of a chunk (the last chunk may be partial: a dynamic trip count).
-    L = min(NOISE_CHUNK, total)
+    # at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of float32) per chunk: large sparse models draw fewer sweeps at once
+    L = max(1, min(NOISE_CHUNK, total, NOISE_CHUNK_ELEMENTS // max(num_chains * int(np.prod(shape)), 1)))
     # batched keys [C, 2] give thresholds [*shape, C]: chains first, as the state
     noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -1, 0)
 
@@ -185,13 +189,6 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
 # ---------------------------------------------------------------------------------
 # Engine
 # ---------------------------------------------------------------------------------
-
-
-def _as_classes(colors):
-    """Static config must be hashable: nested lists/arrays of indices -> tuple of tuples."""
-    if colors is None:
-        return None
-    return _index_classes(colors)
 
 
 @register("gibbs")
@@ -241,7 +238,7 @@ class Gibbs(Engine):
     num_chains: int = eqx.field(static=True, default=4, converter=V.plain)
     schedule: str = eqx.field(static=True, default="systematic")
     thin: int = eqx.field(static=True, default=1, converter=V.plain)
-    colors: Optional[tuple] = eqx.field(static=True, default=None, converter=_as_classes)
+    colors: Optional[tuple] = eqx.field(static=True, default=None, converter=as_classes)
     diagnostics: bool = eqx.field(static=True, default=True, converter=V.plain)
     rhat_threshold: float = eqx.field(static=True, default=1.05, converter=V.plain)
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
@@ -265,6 +262,7 @@ class Gibbs(Engine):
             )
 
     needs_key: ClassVar[bool] = True
+    sparse_native: ClassVar[bool] = True  # colour-class sweeps on the edge list (O(E) per sweep)
     spin_info: ClassVar[tuple] = ("r_hat", "ess", "mcse", "frozen")
 
     def _prepare(self, model: IsingModel) -> Engine:
@@ -273,7 +271,7 @@ class Gibbs(Engine):
         classes = schedule_classes(self.schedule, model.J, self.colors)
         if classes is None:
             return dataclasses.replace(self, schedule="systematic", colors=None)
-        return dataclasses.replace(self, colors=classes)
+        return dataclasses.replace(self, schedule="colored", colors=classes)  # sparse J: always by classes
 
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         classes = self.colors if self.schedule == "colored" else None
@@ -334,7 +332,8 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
             converged=jnp.all(rhat < rhat_threshold, axis=-1),  # NaN (frozen) counts as not converged
         )
     samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(batch + (C * D, n))  # chain-major
-    corr = spin_second_moment(draws, model.active())  # popcounts of packed spins: a quarter of a GEMM's time
+    # popcounts of packed spins: a quarter of a GEMM's time; a sparse graph stores no [n, n] moment
+    corr = None if model.is_sparse else spin_second_moment(draws, model.active())
     return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell, corr=corr)
 
 

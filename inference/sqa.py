@@ -60,6 +60,7 @@ Measured against openjij's C++ SQASampler (one thread) in benchmarks/sqa_grounds
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import ClassVar, Optional
 
@@ -91,6 +92,8 @@ from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
+from isingattn.inference.coloring import SCHEDULES as SWEEP_SCHEDULES
+from isingattn.inference.coloring import as_classes, schedule_classes
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 
@@ -245,6 +248,10 @@ class SQA(Engine):
         rao_blackwell: report the mean of ``tanh(β(h + J s))`` over the reads instead of
             the mean of ``s`` (:mod:`isingattn.fluctuation`; thermal mode; recommended for
             training attention).
+        schedule, colors: the order of a sweep, as in :class:`~isingattn.inference.Gibbs`:
+            ``"systematic"`` (spins ``0..n-1``, blocked GEMMs for dense J) or ``"colored"``
+            (the classes of a proper colouring, each moved at once). Sparse couplings
+            always sweep by classes (O(E) per sweep).
 
     ``marginals(model, key=key)`` returns :func:`~isingattn.fluctuation.sample_marginals`
     of the ``[..., num_reads, n]`` samples, so it is differentiable in ``h``, ``J``, β and
@@ -266,8 +273,11 @@ class SQA(Engine):
     thermal_sweeps: int = eqx.field(static=True, default=100, converter=V.plain)
     global_moves: bool = eqx.field(static=True, default=True, converter=V.plain)
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
+    schedule: str = eqx.field(static=True, default="systematic")
+    colors: Optional[tuple] = eqx.field(static=True, default=None, converter=as_classes)
 
     def __check_init__(self):
+        V.choice("schedule", self.schedule, SWEEP_SCHEDULES, owner="SQA")
         check_config(num_sweeps=self.num_sweeps, trotter=self.trotter, gamma_schedule=self.gamma_schedule,
                      mode=self.mode, num_reads=self.num_reads, thermal_sweeps=self.thermal_sweeps)
         if self.beta is not None:  # None: the model's β
@@ -276,7 +286,15 @@ class SQA(Engine):
             V.boolean(name, getattr(self, name), owner="SQA")
 
     needs_key: ClassVar[bool] = True
+    sparse_native: ClassVar[bool] = True  # colour-class sweeps on the edge list
     spin_info: ClassVar[tuple] = ("frozen",)
+
+    def _prepare(self, model: IsingModel) -> Engine:
+        """The update classes (:func:`~isingattn.inference.coloring.schedule_classes`, as Gibbs)."""
+        classes = schedule_classes(self.schedule, model.J, self.colors)
+        if classes is None:
+            return dataclasses.replace(self, schedule="systematic", colors=None)
+        return dataclasses.replace(self, schedule="colored", colors=classes)
 
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         if self.beta is not None:
@@ -285,7 +303,8 @@ class SQA(Engine):
         sg = lax.stop_gradient  # samples carry no gradient; sample_marginals supplies it
         samples, info = sqa_sample(key, sg(h), sg(J), sg(model.beta), num_reads=self.num_reads, trotter=self.trotter,
                                    num_sweeps=self.num_sweeps, gamma_schedule=tuple(self.gamma_schedule),
-                                   mode=self.mode, thermal_sweeps=self.thermal_sweeps, global_moves=self.global_moves)
+                                   mode=self.mode, thermal_sweeps=self.thermal_sweeps, global_moves=self.global_moves,
+                                   classes=self.colors if self.schedule == "colored" else None)
         return sample_marginals(model, samples, info, rao_blackwell=self.rao_blackwell)
 
     def _warning(self, flag, info, bad, total) -> str:  # info["converged"]: thermal mode only

@@ -33,6 +33,7 @@ from isingattn.diagnostics import pack_spins
 from isingattn.energy import energy, local_field
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
+from isingattn.sparse import SparseCouplings
 
 
 def _outer_to(a, b, shape):
@@ -49,6 +50,32 @@ def _outer_to(a, b, shape):
     return out.reshape(shape)
 
 
+def _pair_grad(a, b, J, sym: bool = False):
+    """The gradient of the couplings for the dense gradient ``G = Σ_s a_j b_k`` (plus its
+    transpose when ``sym``), from per-sample factors ``a, b [..., S, n]``. Dense ``J``:
+    ``G`` reduced to ``J.shape`` (:func:`_outer_to`), zero diagonal. Sparse ``J``: each
+    weight sets ``J_ij`` and ``J_ji``, so its gradient is ``G_ij + G_ji``, reduced to the
+    weights' shape: O(S E), no ``[n, n]``."""
+    if isinstance(J, SparseCouplings):
+        i, j = J.graph.edges[:, 0], J.graph.edges[:, 1]
+        per = jnp.einsum("...se,...se->...e", a[..., i], b[..., j]) + jnp.einsum("...se,...se->...e", a[..., j], b[..., i])
+        per = 2 * per if sym else per
+        wshape = J.weights.shape
+        lead = per.ndim - len(wshape)
+        per = per.sum(tuple(range(lead))) if lead > 0 else per
+        keep = tuple(k for k, d in enumerate(wshape[:-1]) if d == 1 and per.shape[k] != 1)
+        per = per.sum(keep, keepdims=True) if keep else per
+        return J.with_weights(per.reshape(wshape))
+    g = _outer_to(a, b, J.shape)
+    g = g + jnp.swapaxes(g, -1, -2) if sym else g
+    return g * (1 - jnp.eye(a.shape[-1], dtype=g.dtype))
+
+
+def _read_axis(J):
+    """``J`` for states with one more batch axis (samples): dense ``[..., 1, n, n]``, sparse weights ``[..., 1, E]``."""
+    return J.with_weights(J.weights[..., None, :]) if isinstance(J, SparseCouplings) else J[..., None, :, :]
+
+
 @jax.custom_vjp
 def _mean(h, J, beta, samples):
     return samples.mean(-2)
@@ -63,9 +90,8 @@ def _mean_bwd(res, g):
     S = s.shape[-2]
     w = jnp.einsum("...sn,...n->...s", s - s.mean(-2, keepdims=True), g) / S  # centred ḡ·s, [..., S]
     gh = beta * jnp.einsum("...s,...sn->...n", w, s)
-    gJ = 0.5 * beta * _outer_to(w[..., None] * s, s, J.shape)
-    gJ = gJ * (1 - jnp.eye(s.shape[-1], dtype=gJ.dtype))
-    gbeta = -jnp.sum(w * energy(h[..., None, :], J[..., None, :, :], s))
+    gJ = jax.tree_util.tree_map(lambda x: 0.5 * beta * x, _pair_grad(w[..., None] * s, s, J))
+    gbeta = -jnp.sum(w * energy(h[..., None, :], _read_axis(J), s))
     return gh, gJ, gbeta.astype(beta.dtype), jnp.zeros_like(s)
 
 
@@ -73,7 +99,7 @@ _mean.defvjp(_mean_fwd, _mean_bwd)
 
 
 def _conditional_means(h, J, beta, s):  # [..., S, n]: E[s_a | s_-a] = tanh(β φ_a); J has a zero diagonal
-    return jnp.tanh(beta * local_field(h[..., None, :], J[..., None, :, :], s))
+    return jnp.tanh(beta * local_field(h[..., None, :], _read_axis(J), s))
 
 
 @jax.custom_vjp
@@ -88,13 +114,13 @@ def _rb_mean_fwd(h, J, beta, samples):
 
 def _rb_mean_bwd(res, g):
     h, J, beta, s, t = res  # s, t: [..., S, n]; g: [..., n]
-    S, n = s.shape[-2:]
+    S = s.shape[-2]
     w = jnp.einsum("...sn,...n->...s", t - t.mean(-2, keepdims=True), g) / S  # output spin a via t_a
     one_minus_t2 = 1 - t * t  # [..., S, n]: the exact-variance corrections where a is also an input
     gh = beta * (jnp.einsum("...s,...sn->...n", w, s) + g * one_minus_t2.mean(-2))
-    C = _outer_to(one_minus_t2 * g[..., None, :], s, J.shape) / S  # Σ g_a E[(1 - t_a²) s_c]
-    gJ = 0.5 * beta * (_outer_to(w[..., None] * s, s, J.shape) + C + jnp.swapaxes(C, -1, -2))
-    gJ = gJ * (1 - jnp.eye(n, dtype=gJ.dtype))
+    # Σ g_a E[(1 - t_a²) s_c], added for (a, c) and (c, a): _pair_grad sums both orientations
+    gJ = jax.tree_util.tree_map(lambda x, c: 0.5 * beta * (x + c / S), _pair_grad(w[..., None] * s, s, J),
+                                _pair_grad(one_minus_t2 * g[..., None, :], s, J, sym=True))
     _, _, gbeta, _ = _mean_bwd((h, J, beta, s), g)  # β's gradient from the plain samples
     return gh, gJ, gbeta, jnp.zeros_like(s)
 
@@ -149,6 +175,6 @@ def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_black
     mean = (_rb_mean if rao_blackwell else _mean)(h, J, model.beta, samples)
     if rao_blackwell and act is not None:
         mean = jnp.where(act, mean, 0.0)
-    if corr is None:
+    if corr is None and not isinstance(J, SparseCouplings):  # a sparse graph stores no [n, n] moment
         corr = jnp.einsum("...sj,...sk->...jk", samples, samples) / samples.shape[-2]
     return Marginals(mean=mean, corr=corr, samples=samples, info={} if info is None else info)

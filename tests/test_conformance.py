@@ -12,6 +12,7 @@ engine, DQA included (a fast anneal is Boltzmann only for β·max|E| ≲ 1, modu
 of inference/dqa.py), is meant to work.
 """
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -169,7 +170,9 @@ def test_sparse_couplings_equal_dense(name):
     dense = _model(mask=jnp.asarray(mask))
     sparse = dense.sparsified()
     assert sparse.is_sparse and sparse.J.graph.E == N - 1  # the chain's edges only
-    np.testing.assert_allclose(np.asarray(_call(eng, sparse).mean), np.asarray(_call(eng, dense).mean), atol=1e-9)
+    # a sampler with a sparse path sweeps by colour classes there: on the dense form, the same classes
+    dense_eng = dataclasses.replace(eng, schedule="colored") if eng.sparse_native and hasattr(eng, "schedule") else eng
+    np.testing.assert_allclose(np.asarray(_call(eng, sparse).mean), np.asarray(_call(dense_eng, dense).mean), atol=1e-9)
 
 
 @pytest.mark.parametrize("name", NAMES)
