@@ -73,7 +73,7 @@ from isingattn import validate as V
 from isingattn.diagnostics import effective_sample_size, field_pinned, spin_diagnostics, split_gelman_rubin
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
-from isingattn.fluctuation import sample_marginals, spin_second_moment
+from isingattn.fluctuation import sample_marginals, spin_mean, spin_second_moment
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
@@ -148,10 +148,15 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     dtype = h.dtype
     shape = tuple(shape)
     h = jnp.asarray(h, dtype)
-    J = J.astype(dtype) if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
+    J = J.astype(dtype).with_table() if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
 
     state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, num_chains))
-    s = state.spins  # [C, *batch, n]
+    # The loop carries spins, draws and noise in the kernel's own spin-major layout
+    # [n, C, *batch], so the layout moves around each sweep cancel inside it (in the
+    # state's layout they cost ~30% on a sparse lattice, where a sweep is O(E)).
+    to_t = lambda x: jnp.moveaxis(x, -1, 0)  # [C, *batch, n] -> [n, C, *batch]
+    from_t = lambda x: jnp.moveaxis(x, 0, -1)
+    s = to_t(state.spins)
     draws = jnp.zeros((D,) + s.shape, dtype)
     flips = jnp.zeros(s.shape, dtype)  # |s' - s| summed over the kept sweeps; reduced once at the end
 
@@ -159,31 +164,32 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     # and are overwritten later, as are the first thin-1 sweeps of every block.
     def sweep(t, carry, thresholds):
         s, draws, flips = carry
-        new = sweep_with_thresholds(thresholds, GibbsState(s), h, J, classes)[0].spins
+        new = to_t(sweep_with_thresholds(from_t(thresholds), GibbsState(from_t(s)), h, J, classes)[0].spins)
         draws = lax.dynamic_update_index_in_dim(draws, new, jnp.clip((t - burn) // thin, 0, D - 1), 0)
         flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
         return new, draws, flips
 
     # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
-    # from the keys _chain_step splits. One loop over chunks, an inner one over the
-    # sweeps of a chunk (the last chunk may be partial: a dynamic trip count).
-    # at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of float32) per chunk: large sparse models draw fewer sweeps at once
+    # from the keys _chain_step splits, at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of
+    # float32) at a time. One loop over chunks, an inner one over the sweeps of a chunk
+    # (the last chunk may be partial: a dynamic trip count).
     L = max(1, min(NOISE_CHUNK, total, NOISE_CHUNK_ELEMENTS // max(num_chains * int(np.prod(shape)), 1)))
-    # batched keys [C, 2] give thresholds [*shape, C]: chains first, as the state
-    noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), -1, 0)
+    # batched keys [C, 2] give thresholds [*batch, n, C]
+    noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), (-2, -1), (0, 1))
 
     def chunk(c, carry):
         s, k, draws, flips = carry
         # raw key data [C, 2]; prng.split is jax.random.split bit for bit, fused
         k, keys = lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # keys [L, C, 2]
-        noise = jax.vmap(noise_of)(keys)  # [L, C, *batch, n]
+        noise = jax.vmap(noise_of)(keys)  # [L, n, C, *batch]
         inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
         s, draws, flips = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (s, draws, flips))
         return s, k, draws, flips
 
     _, _, draws, flips = lax.fori_loop(0, -(-total // L), chunk, (s, jax.random.key_data(k), draws, flips))
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
-    return jnp.moveaxis(draws, 0, 1), 0.5 * flips.sum(-1) / active_count / (D * thin)
+    draws = jnp.moveaxis(draws, (0, 1, 2), (1, -1, 0))  # [D, n, C, *batch] -> [C, D, *batch, n]
+    return draws, 0.5 * flips.sum(0) / active_count / (D * thin)
 
 
 # ---------------------------------------------------------------------------------
@@ -334,7 +340,8 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(batch + (C * D, n))  # chain-major
     # popcounts of packed spins: a quarter of a GEMM's time; a sparse graph stores no [n, n] moment
     corr = None if model.is_sparse else spin_second_moment(draws, model.active())
-    return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell, corr=corr)
+    mean = spin_mean(draws, model.active())  # from the same packed words: no second read of the draws
+    return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell, corr=corr, mean=mean)
 
 
 # The interop layers import this module, so they are re-exported on first access

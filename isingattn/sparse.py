@@ -16,6 +16,7 @@ the others the dense form (:meth:`isingattn.IsingModel.densified`).
 from __future__ import annotations
 
 import hashlib
+from typing import Optional
 
 import equinox as eqx
 import jax
@@ -138,8 +139,9 @@ class SparseCouplings(eqx.Module):
 
     weights: jax.Array
     graph: CouplingGraph = eqx.field(static=True)
+    table: Optional[jax.Array] = None  # neighbour_weights() computed once (with_table), for loops over sweeps
 
-    def __init__(self, graph: CouplingGraph, weights):
+    def __init__(self, graph: CouplingGraph, weights, table=None):
         if not isinstance(graph, CouplingGraph):
             raise IsingTypeError(f"SparseCouplings: graph must be a CouplingGraph; got {type(graph).__name__}. "
                                  "Build one with CouplingGraph(n, edges).")
@@ -147,7 +149,7 @@ class SparseCouplings(eqx.Module):
         if w.ndim < 1 or w.shape[-1] != graph.E:
             raise IsingInputError(f"SparseCouplings: weights must have shape [..., E] with E = {graph.E} edges; got "
                                   f"{w.shape}. One weight per edge, in the order of graph.edges.")
-        self.graph, self.weights = graph, w
+        self.graph, self.weights, self.table = graph, w, table
 
     # ---- the dense form's attributes -----------------------------------------------------
     @property
@@ -177,8 +179,15 @@ class SparseCouplings(eqx.Module):
         J = jnp.zeros(self.shape, self.dtype)
         return J.at[..., i, j].set(self.weights).at[..., j, i].set(self.weights)
 
+    def with_table(self) -> "SparseCouplings":
+        """These couplings with :meth:`neighbour_weights` gathered once: a sampler's loop
+        then reads the ``[..., n, d]`` table instead of gathering it every sweep."""
+        return SparseCouplings(self.graph, self.weights, self.neighbour_weights())
+
     def neighbour_weights(self) -> jax.Array:
         """``[..., n, d]``: the weight of each neighbour in ``graph.nbr`` (0 for padding)."""
+        if self.table is not None:
+            return self.table
         w = jnp.concatenate([self.weights, jnp.zeros(self.weights.shape[:-1] + (1,), self.dtype)], axis=-1)
         return w[..., self.graph.slot]
 
