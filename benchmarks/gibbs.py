@@ -1,5 +1,5 @@
 """Gibbs engine throughput, side by side with dwave-samplers' simulated annealing at a
-fixed β and thrml's block Gibbs (DESIGN.md §3, Gibbs; issue 5).
+fixed β and thrml's block Gibbs (DESIGN.md §3, Gibbs; issues 5 and 11).
 
 Problems (float32, β = 1, ``h ~ N(0, 1)``, dense ``J_jk ~ N(0, 1/n)``):
 

@@ -193,6 +193,24 @@ def _ones_before(W, cum, p):
     return jnp.take(cum, j, axis=1) + lax.population_count(part).astype(jnp.int32)
 
 
+def _ones_before_near(W, cum, p):
+    """:func:`_ones_before` for positions ``p [P]`` within 32 of each other (one block's
+    lags): they fall in two adjacent words, read by dynamic slices instead of a gather."""
+    j0 = jnp.min(p) // WORD
+    word = lambda a, j: lax.dynamic_index_in_dim(a, j, 1, keepdims=False)[:, None]  # [C, 1, F]
+    low = _low_bits(p % WORD)[None, :, None]
+    first = word(cum, j0) + lax.population_count(word(W, j0) & low).astype(jnp.int32)
+    second = word(cum, j0 + 1) + lax.population_count(word(W, jnp.minimum(j0 + 1, W.shape[1] - 1)) & low).astype(jnp.int32)
+    return jnp.where((p // WORD > j0)[None, :, None], second, first)
+
+
+def _unpack(W, N: int, dt):
+    """Inverse of :func:`pack_spins`: ``W [C, Nw, F]`` -> ±1 draws ``[C, N, F]`` (a series of
+    zeros comes back as -1: a constant either way)."""
+    bits = (W[:, :, None, :] >> jnp.arange(WORD, dtype=jnp.uint32)[:, None]) & 1
+    return (2 * bits.astype(dt) - 1).reshape(W.shape[0], -1, W.shape[2])[:, :N]
+
+
 def _differing_pairs(Wt, q, N: int, C: int):
     """``[32, F]`` int32: for the lags ``k = 32q + r`` (r = 0..31), the pairs ``(t, t + k)``
     of one chain whose draws differ, counted over ``t`` and the ``C`` chains. ``Wt [Nw + q_max
@@ -292,8 +310,8 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS):
             k = WORD * q + jnp.arange(WORD)
             kk = jnp.minimum(k, N)
             differ = _differing_pairs(Wt, q, N, C)  # Σ_c #{t: x_t ≠ x_{t+k}}
-            head = 2 * _ones_before(W, cum, kk) - kk[:, None]  # Σ_{t<k} x_t per chain
-            tail = 2 * (ones[:, None] - _ones_before(W, cum, N - kk)) - kk[:, None]  # Σ_{t≥N-k} x_t
+            head = 2 * _ones_before_near(W, cum, kk) - kk[:, None]  # Σ_{t<k} x_t per chain
+            tail = 2 * (ones[:, None] - _ones_before_near(W, cum, N - kk)) - kk[:, None]  # Σ_{t≥N-k} x_t
             # Σ_t (x_t - m)(x_{t+k} - m) = Σ x_t x_{t+k} - (N + k) m² + m (head + tail), with
             # Σ x_t x_{t+k} = N - k - 2·differ: the large terms cancel in (N - k)(1 - m²)
             kf = kk.astype(dt)[:, None]
@@ -315,7 +333,9 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS):
         state = (jnp.int32(0), jnp.full((F,), jnp.inf, dt), jnp.zeros((F,), dt))
         state = lax.while_loop(lambda s: (s[0] < blocks) & ~jnp.all(ended(s)), block, state)
         direct = (C * N) / (-1.0 + 2.0 * state[2])
-        ess = lax.cond(jnp.all(ended(state)), lambda: direct, lambda: _ess_fft(x).astype(dt))
+        # the fallback unpacks the words: the draws themselves as an operand of the cond cost
+        # XLA a copy of them, every call
+        ess = lax.cond(jnp.all(ended(state)), lambda W: direct, lambda W: _ess_fft(_unpack(W, N, dt)), W)
         ess = jnp.where(const_e, float(C * N), ess)
         err = jnp.sqrt(_spin_moments(total, C * N, dt)[1] / ess)  # variance over all draws: 1 - m²
     else:

@@ -252,6 +252,7 @@ def test_engine_diagnostics_and_corr_equal_numpyro_and_the_sample_moment():
         s = np.asarray(m.samples)  # [Q, C·S, n], chain-major
         ref_corr = jnp.einsum("...sj,...sk->...jk", m.samples, m.samples) / s.shape[-2]
         np.testing.assert_array_equal(np.asarray(m.corr), np.asarray(ref_corr))
+        np.testing.assert_array_equal(np.asarray(m.mean), np.asarray(m.samples.mean(-2)))
         x = np.moveaxis(s.reshape(Q, C, S, N).astype(np.float64), 0, 2)  # [C, S, Q, n]
         moving = ~(x == x[:1, :1]).all((0, 1))
         assert not moving[0, 3] and not moving[1, 5] and moving.sum() == Q * N - 2
@@ -265,6 +266,30 @@ def test_engine_diagnostics_and_corr_equal_numpyro_and_the_sample_moment():
         for v, known in (("r_hat", 1), ("ess", C * S), ("mcse", 0)):
             assert np.asarray(m.info[v])[0, 3] == known and np.asarray(m.info[v])[1, 5] == known
         assert not np.asarray(m.info["frozen"]).any()
+
+
+def test_counted_mean_and_corr_keep_values_and_gradients():
+    """``sample_marginals`` given the mean and corr counted on packed spins (what Gibbs
+    passes) returns the values and the fluctuation-dissipation gradients (h, shared J,
+    β) of the plain sample path, bit for bit."""
+    from isingattn.fluctuation import sample_marginals, spin_mean, spin_second_moment
+
+    rng = np.random.default_rng(12)
+    C, D, Q, n = 4, 50, 3, 5
+    draws = jnp.asarray(rng.choice([-1.0, 1.0], size=(C, D, Q, n)))
+    samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(Q, C * D, n)
+    _, J = random_model(rng, n)
+
+    def out(h, J, beta, counted):
+        kw = dict(mean=spin_mean(draws), corr=spin_second_moment(draws)) if counted else {}
+        return sample_marginals(IsingModel(h, J, beta), samples, **kw)
+
+    args = (jnp.asarray(rng.normal(size=(Q, n))), jnp.asarray(J), jnp.asarray(0.7))
+    for field in ("mean", "corr"):
+        np.testing.assert_array_equal(getattr(out(*args, True), field), getattr(out(*args, False), field))
+    loss = lambda *a: (out(*a[:3], a[3]).mean * jnp.arange(1.0, n + 1)).sum()
+    for g1, g0 in zip(jax.grad(loss, argnums=(0, 1, 2))(*args, True), jax.grad(loss, argnums=(0, 1, 2))(*args, False)):
+        np.testing.assert_array_equal(np.asarray(g1), np.asarray(g0))
 
 
 # ----------------------------------------------------------------------------------
