@@ -20,7 +20,7 @@ row says float64, called as the README calls it:
 Columns: ``first call`` (trace + compile + one run), ``second call`` (the run alone), and
 ``first - second`` (about the compile). PASS when ``first call`` ≤ 60 s.
 
-Run:  python benchmarks/compile_times.py                    (~10 minutes on 2 CPU cores)
+Run:  python benchmarks/compile_times.py                    (~4 minutes on 2 CPU cores)
       python benchmarks/compile_times.py --only train-hJ-banded8-256 banded-256-f32
 """
 
