@@ -70,7 +70,7 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import effective_sample_size, field_pinned, spin_diagnostics, split_gelman_rubin
+from isingattn.diagnostics import effective_sample_size, field_pinned, pack_spins, spin_diagnostics, split_gelman_rubin
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals, spin_mean, spin_second_moment
@@ -326,10 +326,15 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     )  # draws [C, D, *batch, n], rates [C, *batch]
     C, D = draws.shape[:2]
     info = {"flip_rate": jnp.moveaxis(rates, 0, -1)}
+    # The draws packed 32 to a word, once: the statistics below are counts on these words.
+    # Packed from the draw-major view [D, n, C, *batch], the layout run_chains' loop stores
+    # them in, so that they are read in place (any other view is correct, but a copy).
+    raw = jnp.moveaxis(draws, (1, -1, 0), (0, 1, 2))
+    words = jnp.moveaxis(pack_spins(raw), 1, -1).reshape((-1, C, int(np.prod(batch, dtype=int)) * n))  # [D/32, C, F]
     if diagnostics:
         known = _known_spins(model, h, J, beta, draws, C * D)  # [*batch, n]
         # split R-hat, ESS and MCSE from exact counts on the packed spins, not an FFT of every draw
-        rhat, ess, err, const = spin_diagnostics(draws, known)  # [*batch, n]; NaN for a frozen spin
+        rhat, ess, err, const = spin_diagnostics(draws, known, words=words)  # [*batch, n]; NaN for a frozen spin
         info.update(
             r_hat=rhat.astype(dtype),
             ess=ess.astype(dtype),
@@ -339,8 +344,8 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
         )
     samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(batch + (C * D, n))  # chain-major
     # popcounts of packed spins: a quarter of a GEMM's time; a sparse graph stores no [n, n] moment
-    corr = None if model.is_sparse else spin_second_moment(draws, model.active())
-    mean = spin_mean(draws, model.active())  # from the same packed words: no second read of the draws
+    corr = None if model.is_sparse else spin_second_moment(draws, model.active(), words=words)
+    mean = spin_mean(draws, model.active(), words=words)  # no second read of the draws
     return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell, corr=corr, mean=mean)
 
 

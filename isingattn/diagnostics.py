@@ -168,47 +168,52 @@ def _low_bits(count):
 
 
 def pack_spins(x):
-    """Spin draws ``x [C, N, F]`` -> ``[C, ceil(N/32), F]`` uint32: bit ``b`` of word ``j``
-    is ``x[:, 32j+b] > 0``; the bits past ``N`` are 0. (Whole words by a reshape, the rest
-    apart, not a padded copy: XLA:CPU reduces a padded operand several times slower.)"""
-    C, N, F = x.shape
-    full, rest = divmod(N, WORD)
-    shift = jnp.arange(WORD, dtype=jnp.uint32)
-    words = []
-    if full:
-        bits = (x[:, : full * WORD] > 0).astype(jnp.uint32).reshape(C, full, WORD, F)
-        words.append(jnp.sum(bits << shift[:, None], axis=2, dtype=jnp.uint32))
-    if rest:
-        bits = (x[:, full * WORD:] > 0).astype(jnp.uint32)
-        words.append(jnp.sum(bits << shift[:rest, None], axis=1, dtype=jnp.uint32)[:, None])
-    return jnp.concatenate(words, axis=1)
+    """Spin draws, draw-major ``x [N, ...]`` -> words ``[ceil(N/32), ...]`` uint32: bit ``b``
+    of word ``j`` is ``x[32j + b] > 0``; the bits past ``N`` are 0.
+
+    One loop step per word, each reading 32 consecutive draws: in place when the draws
+    are stored draw-major, as the Gibbs loop stores them. (As one fused reduction over a
+    chains-first view, XLA:CPU reads them strided, 10x slower.)"""
+    N, lanes = x.shape[0], x.shape[1:]
+    Nw = -(-N // WORD)
+    shift = jnp.arange(WORD, dtype=jnp.uint32).reshape((WORD,) + (1,) * len(lanes))
+    if N < WORD:
+        return jnp.sum((x > 0).astype(jnp.uint32) << shift[:N], axis=0, dtype=jnp.uint32)[None]
+
+    def word(j, W):
+        start = jnp.minimum(j * WORD, N - WORD)  # the last word's slice ends at N: drop its first bits
+        bits = (lax.dynamic_slice_in_dim(x, start, WORD, 0) > 0).astype(jnp.uint32) << shift
+        packed = jnp.sum(bits, axis=0, dtype=jnp.uint32) >> (j * WORD - start).astype(jnp.uint32)
+        return lax.dynamic_update_index_in_dim(W, packed, j, 0)
+
+    return lax.fori_loop(0, Nw, word, jnp.zeros((Nw,) + lanes, jnp.uint32))
 
 
 def _ones_before(W, cum, p):
-    """``[C, len(p), F]`` int32: how many of each chain's first ``p`` draws are +1, for the
-    positions ``p`` (int ``[P]``, 0..N). ``cum [C, Nw + 1, F]``: popcounts of whole words,
-    cumulated (``cum[:, j]`` counts words ``< j``)."""
+    """``[len(p), C, F]`` int32: how many of each chain's first ``p`` draws are +1, for the
+    positions ``p`` (int ``[P]``, 0..N). ``cum [Nw + 1, C, F]``: popcounts of whole words,
+    cumulated (``cum[j]`` counts words ``< j``)."""
     j = p // WORD
-    part = jnp.take(W, jnp.minimum(j, W.shape[1] - 1), axis=1) & _low_bits(p % WORD)[None, :, None]
-    return jnp.take(cum, j, axis=1) + lax.population_count(part).astype(jnp.int32)
+    part = jnp.take(W, jnp.minimum(j, W.shape[0] - 1), axis=0) & _low_bits(p % WORD)[:, None, None]
+    return jnp.take(cum, j, axis=0) + lax.population_count(part).astype(jnp.int32)
 
 
 def _ones_before_near(W, cum, p):
     """:func:`_ones_before` for positions ``p [P]`` within 32 of each other (one block's
     lags): they fall in two adjacent words, read by dynamic slices instead of a gather."""
     j0 = jnp.min(p) // WORD
-    word = lambda a, j: lax.dynamic_index_in_dim(a, j, 1, keepdims=False)[:, None]  # [C, 1, F]
-    low = _low_bits(p % WORD)[None, :, None]
+    word = lambda a, j: lax.dynamic_index_in_dim(a, j, 0)  # [1, C, F]
+    low = _low_bits(p % WORD)[:, None, None]
     first = word(cum, j0) + lax.population_count(word(W, j0) & low).astype(jnp.int32)
-    second = word(cum, j0 + 1) + lax.population_count(word(W, jnp.minimum(j0 + 1, W.shape[1] - 1)) & low).astype(jnp.int32)
-    return jnp.where((p // WORD > j0)[None, :, None], second, first)
+    second = word(cum, j0 + 1) + lax.population_count(word(W, jnp.minimum(j0 + 1, W.shape[0] - 1)) & low).astype(jnp.int32)
+    return jnp.where((p // WORD > j0)[:, None, None], second, first)
 
 
 def _unpack(W, N: int, dt):
-    """Inverse of :func:`pack_spins`: ``W [C, Nw, F]`` -> ±1 draws ``[C, N, F]`` (a series of
-    zeros comes back as -1: a constant either way)."""
-    bits = (W[:, :, None, :] >> jnp.arange(WORD, dtype=jnp.uint32)[:, None]) & 1
-    return (2 * bits.astype(dt) - 1).reshape(W.shape[0], -1, W.shape[2])[:, :N]
+    """Inverse of :func:`pack_spins`: words ``[Nw, C, F]`` -> ±1 draws ``[C, N, F]`` (a
+    series of zeros comes back as -1: a constant either way)."""
+    bits = (W[:, None] >> jnp.arange(WORD, dtype=jnp.uint32)[:, None, None]) & 1  # [Nw, 32, C, F]
+    return jnp.moveaxis((2 * bits.astype(dt) - 1).reshape((-1,) + W.shape[1:])[:N], 0, 1)
 
 
 def _differing_pairs(Wt, q, N: int, C: int):
@@ -251,7 +256,7 @@ def _spin_variance_stats(means, one_minus_m2, n: int):
     return var_within, var_estimator
 
 
-def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS):
+def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS, words=None):
     """Split R-hat, ESS, MCSE and constancy of spin draws ``x [C, N, ...]``: four ``[...]``
     arrays, the values of ``split_gelman_rubin(x, known)``, ``effective_sample_size(x,
     known)``, ``mcse(x, ess)`` and ``is_constant(x)`` (the same estimators and the same
@@ -265,21 +270,19 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS):
     monotone sequence has ended (numpyro's sum adds only zeros after its first pair sum
     ≤ 0); while some series has not ended after ``direct_lags`` lags, it is the FFT of
     :func:`effective_sample_size` instead. The counts are exact; the two paths agree to
-    rounding (tests: against numpyro, float64 and float32).
+    rounding (tests: against numpyro, float64 and float32). ``words [ceil(N/32), C, F]``:
+    :func:`pack_spins` of the draws (``F`` the entries of ``...``), if the caller has them.
     """
     x = _check(x, "spin diagnostics")
     C, N = x.shape[:2]
     shape = x.shape[2:]
     dt = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
     x = x.reshape(C, N, -1).astype(dt)
-    W = pack_spins(x)  # [C, Nw, F]
-    Nw, F = W.shape[1:]
+    W = pack_spins(jnp.moveaxis(x, 1, 0)) if words is None else words  # [Nw, C, F]
+    Nw, F = W.shape[0], W.shape[2]
     pop = lax.population_count(W).astype(jnp.int32)
-    # cumulated over words by a scan: XLA:CPU fuses the packing into jnp.cumsum's window
-    # reduction and redoes it per word (8x slower)
-    _, cum = lax.scan(lambda c, p: (c + p, c + p), jnp.zeros_like(pop[:, 0]), jnp.moveaxis(pop, 1, 0))
-    cum = jnp.concatenate([jnp.zeros_like(pop[:, :1]), jnp.moveaxis(cum, 0, 1)], axis=1)  # [C, Nw + 1, F]
-    ones = cum[:, -1]  # [C, F]
+    cum = jnp.concatenate([jnp.zeros_like(pop[:1]), jnp.cumsum(pop, axis=0)], axis=0)  # [Nw + 1, C, F]
+    ones = cum[-1]  # [C, F]
     total = ones.sum(0)
     const = (total == 0) | (total == C * N)
     nan = jnp.full((F,), jnp.nan, dt)
@@ -287,7 +290,7 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS):
     if N >= 4:  # split R-hat: the chains' halves as 2C chains of N // 2 draws
         half = N // 2
         o = _ones_before(W, cum, jnp.array([half, N - half]))
-        split = jnp.concatenate([o[:, 0], ones - o[:, 1]], axis=0)  # +1 draws of each half
+        split = jnp.concatenate([o[0], ones - o[1]], axis=0)  # +1 draws of each half
         vw, ve = _spin_variance_stats(*_spin_moments(split, half, dt), half)
         rhat = jnp.sqrt(ve / jnp.where(vw > 0, vw, 1.0))
         rhat = jnp.where(const, 1.0, jnp.where(vw > 0, rhat, jnp.inf)).astype(dt)
@@ -302,21 +305,20 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS):
         msq, vsum = (means * means).sum(0), v.sum(0)
         pairs = N // 2  # numpyro's pair sums rho[2j] + rho[2j+1], j < N // 2
         blocks = min(-(-pairs // (WORD // 2)), max(1, direct_lags // WORD))
-        Wt = jnp.moveaxis(W, 1, 0).reshape(Nw, C * F)
-        Wt = jnp.concatenate([Wt, jnp.zeros((blocks + 1, C * F), W.dtype)], axis=0)
+        Wt = jnp.concatenate([W.reshape(Nw, C * F), jnp.zeros((blocks + 1, C * F), W.dtype)], axis=0)
 
         def block(state):  # lags 32q .. 32q + 31: pairs 16q .. 16q + 15
             q, run_min, acc = state
             k = WORD * q + jnp.arange(WORD)
             kk = jnp.minimum(k, N)
             differ = _differing_pairs(Wt, q, N, C)  # Σ_c #{t: x_t ≠ x_{t+k}}
-            head = 2 * _ones_before_near(W, cum, kk) - kk[:, None]  # Σ_{t<k} x_t per chain
-            tail = 2 * (ones[:, None] - _ones_before_near(W, cum, N - kk)) - kk[:, None]  # Σ_{t≥N-k} x_t
+            head = 2 * _ones_before_near(W, cum, kk) - kk[:, None, None]  # Σ_{t<k} x_t per chain
+            tail = 2 * (ones - _ones_before_near(W, cum, N - kk)) - kk[:, None, None]  # Σ_{t≥N-k} x_t
             # Σ_t (x_t - m)(x_{t+k} - m) = Σ x_t x_{t+k} - (N + k) m² + m (head + tail), with
             # Σ x_t x_{t+k} = N - k - 2·differ: the large terms cancel in (N - k)(1 - m²)
             kf = kk.astype(dt)[:, None]
             cov = ((N - kf) * vsum - 2 * differ.astype(dt) - 2 * kf * msq
-                   + jnp.einsum("cf,ckf->kf", means, (head + tail).astype(dt)))
+                   + jnp.einsum("cf,kcf->kf", means, (head + tail).astype(dt)))
             rho = 1.0 - (vw - cov / (C * N)) / safe
             rho = jnp.where(k[:, None] == 0, 1.0, rho)
             Rho = rho[0::2] + rho[1::2]  # [16, F]

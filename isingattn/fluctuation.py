@@ -147,35 +147,37 @@ def _rb_mean_bwd(res, g):
 _rb_mean.defvjp(_rb_mean_fwd, _rb_mean_bwd)
 
 
-def spin_mean(draws, active=None):
+def spin_mean(draws, active=None, words=None):
     """The mean ``⟨s_j⟩ [*batch, n]`` of spin draws ``[C, D, *batch, n]`` (as for
     :func:`spin_second_moment`) from the packed words: ``(2·#(+1) - C·D) / (C·D)``, the
-    same number as the float mean of the draws, without reading them again."""
+    same number as the float mean of the draws, without reading them again. ``words``:
+    the draws' :func:`~isingattn.diagnostics.pack_spins`, if the caller has them."""
     C, D = draws.shape[:2]
-    W = pack_spins(draws.reshape(C, D, -1))
+    W = pack_spins(jnp.moveaxis(draws.reshape(C, D, -1), 1, 0)) if words is None else words  # [Nw, C, F]
     ones = lax.population_count(W).astype(jnp.int32).sum((0, 1), dtype=jnp.int32)
     dt = draws.dtype if jnp.issubdtype(draws.dtype, jnp.floating) else jnp.result_type(float)
     mean = ((2 * ones - C * D).astype(dt) / (C * D)).reshape(draws.shape[2:])
     return mean if active is None else jnp.where(active, mean, 0.0)
 
 
-def spin_second_moment(draws, active=None):
+def spin_second_moment(draws, active=None, words=None):
     """The second moment ``⟨s_j s_k⟩ [*batch, n, n]`` of spin draws ``[C, D, *batch, n]``
     (every spin ±1 in every draw, or 0 throughout where ``active [*batch, n]`` is False),
     from the draws packed 32 to a word (:func:`isingattn.diagnostics.pack_spins`): ``C·D
     - 2·#(draws where s_j ≠ s_k)``, popcounts of XORs. The same numbers as the sample
     second moment of :func:`sample_marginals` (whose float sums of ±1 are exact integers
     up to 2^24 draws; these counts are exact to 2^31), at about a quarter of its GEMM's
-    time on CPU. Rows and columns of inactive spins are 0."""
+    time on CPU. Rows and columns of inactive spins are 0. ``words``: as for :func:`spin_mean`."""
     C, D = draws.shape[:2]
     shape = draws.shape[2:]
     n = shape[-1]
-    W = pack_spins(draws.reshape(C, D, -1))
+    W = pack_spins(jnp.moveaxis(draws.reshape(C, D, -1), 1, 0)) if words is None else words
+    W = jnp.moveaxis(W, 0, 1)  # [C, Nw, F]
     g = math.gcd(C, 4)  # chains per step (4: fastest on CPU)
     W = W.reshape((C // g, g * W.shape[1], -1, n))  # [C / g, g·Nw, batch, n]
 
-    def chains(c, differ):  # g chains' words, every pair of spins (no transpose of the words:
-        w = W[c]  # XLA would fuse it into the packing, reading the draws strided)
+    def chains(c, differ):  # g chains' words, every pair of spins
+        w = W[c]
         return differ + lax.population_count(w[..., :, None] ^ w[..., None, :]).astype(jnp.int32).sum(0, dtype=jnp.int32)
 
     differ = lax.fori_loop(0, C // g, chains, jnp.zeros(W.shape[2:] + (n,), jnp.int32))  # [batch, n, n]
