@@ -27,7 +27,7 @@ from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
 
 __all__ = ["split_gelman_rubin", "effective_sample_size", "mcse", "is_constant", "field_pinned", "pack_spins",
-           "spin_diagnostics"]
+           "unpack_spins", "spin_diagnostics"]
 
 
 def is_constant(x):
@@ -209,11 +209,11 @@ def _ones_before_near(W, cum, p):
     return jnp.where((p // WORD > j0)[:, None, None], second, first)
 
 
-def _unpack(W, N: int, dt):
-    """Inverse of :func:`pack_spins`: words ``[Nw, C, F]`` -> ±1 draws ``[C, N, F]`` (a
-    series of zeros comes back as -1: a constant either way)."""
-    bits = (W[:, None] >> jnp.arange(WORD, dtype=jnp.uint32)[:, None, None]) & 1  # [Nw, 32, C, F]
-    return jnp.moveaxis((2 * bits.astype(dt) - 1).reshape((-1,) + W.shape[1:])[:N], 0, 1)
+def unpack_spins(W, N: int, dtype):
+    """Inverse of :func:`pack_spins`: words ``[ceil(N/32), ...]`` -> ±1 draws ``[N, ...]``
+    of ``dtype`` (a series of zeros, a masked spin, comes back as -1)."""
+    bits = (W[:, None] >> jnp.arange(WORD, dtype=jnp.uint32).reshape((WORD,) + (1,) * (W.ndim - 1))) & 1
+    return (2 * bits.astype(dtype) - 1).reshape((-1,) + W.shape[1:])[:N]
 
 
 def _differing_pairs(Wt, q, N: int, C: int):
@@ -337,7 +337,7 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS, words=Non
         direct = (C * N) / (-1.0 + 2.0 * state[2])
         # the fallback unpacks the words: the draws themselves as an operand of the cond cost
         # XLA a copy of them, every call
-        ess = lax.cond(jnp.all(ended(state)), lambda W: direct, lambda W: _ess_fft(_unpack(W, N, dt)), W)
+        ess = lax.cond(jnp.all(ended(state)), lambda W: direct, lambda W: _ess_fft(jnp.moveaxis(unpack_spins(W, N, dt), 0, 1)), W)
         ess = jnp.where(const_e, float(C * N), ess)
         err = jnp.sqrt(_spin_moments(total, C * N, dt)[1] / ess)  # variance over all draws: 1 - m²
     else:
