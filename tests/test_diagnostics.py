@@ -164,3 +164,19 @@ def test_spin_diagnostics_batch_axes_and_jit_equal_eager():
         assert a.shape == (2, 3)
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14)  # XLA may fuse differently
     np.testing.assert_allclose(np.asarray(eager[1]), np_ess(x), rtol=1e-10)
+
+
+@pytest.mark.parametrize("N", [5, 32, 33, 100])
+def test_pack_spins_bits_and_unpack_roundtrip(N):
+    # draw-major [N, chains, spins]; bit b of word j is draw 32j + b, the bits past N are 0
+    rng = np.random.default_rng(N)
+    x = rng.choice([-1.0, 1.0], size=(N, 3, 4))
+    x[:, 1, 2] = 0.0  # a masked spin: zeros, read as -1
+    W = np.asarray(jax.jit(D.pack_spins)(x)).astype(np.uint64)
+    assert W.shape == (-(-N // 32), 3, 4)
+    t = np.arange(32 * W.shape[0])
+    bits = (W[t // 32] >> (t % 32)[:, None, None].astype(np.uint64)) & 1
+    np.testing.assert_array_equal(bits[:N], x > 0)
+    assert not bits[N:].any()
+    back = np.asarray(D.unpack_spins(jnp.asarray(W.astype(np.uint32)), N, jnp.float64))
+    np.testing.assert_array_equal(back, np.where(x == 0, -1.0, x))
