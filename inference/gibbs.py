@@ -208,8 +208,9 @@ class Gibbs(Engine):
     (``"systematic"`` or ``"colored"``); ``colors`` (optional fixed colouring,
     needed for colored updates under jit, see :func:`schedule_classes`);
     ``diagnostics`` (R-hat/ESS/MCSE in ``info``, from exact counts on the draws packed 32
-    to a word, :func:`isingattn.diagnostics.spin_diagnostics`: about 5% of the sweeps'
-    time at n = 64 with 256 chains; under ``jit`` unread diagnostics are dropped anyway);
+    to a word, :func:`isingattn.diagnostics.spin_diagnostics`: about a fifth of the
+    sweeps' time at n = 64 with 256 chains, benchmarks/gibbs.py; under ``jit`` unread
+    diagnostics are dropped anyway);
     ``rhat_threshold``;
     ``rao_blackwell`` (report the mean of ``tanh(β(h + J s))`` over the draws instead of
     the mean of ``s``: lower variance and never exactly ±1, see
