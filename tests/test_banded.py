@@ -315,12 +315,23 @@ def test_registry_and_float32():
 # ---- the blocked path against the per-spin sweep -------------------------------------------------
 
 
-@pytest.mark.parametrize("n,w,causal", [pytest.param(13, 8, True, marks=pytest.mark.slow),
-                                         pytest.param(17, 6, False, marks=pytest.mark.slow), (11, 3, True)])
-def test_blocked_path_matches_sweep(n, w, causal):
-    """The blocked GEMM path (window L = 2k for w ≥ 6, n not a multiple of k; causal prefixes)
-    equals the per-spin sweep (path="sweep"), values and gradients, float64."""
-    rng = np.random.default_rng(n + w)
+# the last three: every causal scan group (CAUSAL_GROUPS) spans several steps and the last step is partial
+@pytest.mark.parametrize("n,w,causal,beta,seed", [pytest.param(13, 8, True, 1.1, 21, marks=pytest.mark.slow),
+                                                  pytest.param(17, 6, False, 1.1, 23, marks=pytest.mark.slow),
+                                                  (11, 3, True, 1.1, 14), (37, 3, True, 0.9, 112),
+                                                  (37, 3, False, 0.9, 111), (29, 6, True, 0.9, 175)])
+def test_blocked_path_matches_sweep(n, w, causal, beta, seed):
+    """The blocked GEMM path (window L = 2k for w ≥ 6, n not a multiple of k; causal prefixes;
+    its steps run as lax.scans) equals the per-spin sweep (path="sweep"), values and
+    gradients, float64, and the result is the blocked path's own (within its underflow
+    bound), not the sweep it falls back to."""
+    from isingattn.inference.banded_blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
+    from isingattn.inference.exact import LOST_MASS_TOL
+
+    L, k = _block_len(n, w)
+    if n > 30:
+        assert -(-n // k) >= 2 * CAUSAL_GROUPS and n % k  # several steps per causal group, a partial last step
+    rng = np.random.default_rng(seed)
     h = rng.normal(size=(2, n, n) if causal else (3, n)) * 1.5
     J = banded_J(rng, n, w, 0.9 / np.sqrt(w))
     J = J[None] if causal else J
@@ -329,7 +340,7 @@ def test_blocked_path_matches_sweep(n, w, causal):
     @partial(jax.jit, static_argnames=("path",), compiler_options=FAST_COMPILE)
     def f(h, J, path):
         def obj(h, J):
-            m = Banded(bandwidth=w, path=path).marginals(IsingModel(h, J, beta=1.1, causal=causal))
+            m = Banded(bandwidth=w, path=path).marginals(IsingModel(h, J, beta=beta, causal=causal))
             return jnp.sum(c * m.mean) + 0.1 * jnp.sum(m.log_z), m
         return jax.value_and_grad(obj, argnums=(0, 1), has_aux=True)(h, J)
 
@@ -340,3 +351,9 @@ def test_blocked_path_matches_sweep(n, w, causal):
     for a, b in zip(gb, gs):
         assert_close(a, np.asarray(b), 1e-10, "gradient")
     assert not np.any(np.asarray(mb.info["stable_path"]))
+    layout = _blocked_layout(h.shape, J.shape, w, causal, None, False)
+    lost = jax.jit(lambda h, J: _blocked(h, J, beta, w, causal, layout)[2])(jnp.asarray(h), jnp.asarray(J))
+    assert np.all(np.asarray(lost) <= np.log(LOST_MASS_TOL))
+    if causal:  # masked entries are exactly 0
+        iu = np.triu_indices(n, 1)
+        assert np.all(np.asarray(mb.mean)[:, iu[0], iu[1]] == 0)
