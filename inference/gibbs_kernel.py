@@ -16,7 +16,7 @@ from isingattn import prng
 from isingattn.energy import local_field
 from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
-from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, spin_major  # noqa: F401
+from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, sparse_field_rows, sparse_spin_major, spin_major  # noqa: F401
 
 
 class GibbsState(NamedTuple):
@@ -160,15 +160,10 @@ def _sparse_class_sweep(t_t, s_t, h, J: SparseCouplings, classes):
     (thresholds, spins; chains and models trailing), ``h [..., n]``. A class's fields are
     gathers over the neighbour table, ``h_i + Σ_k w_ik s_{nbr(i, k)}``: O(|class| · degree)
     per class, O(n · degree) = O(E) per sweep, with no dense ``J`` anywhere."""
-    r = s_t.ndim - 1
-    lead = lambda x, k: x.reshape((1,) * max(r - (x.ndim - k), 0) + x.shape)  # batch axes aligned with the spins'
-    h_t = jnp.moveaxis(lead(h, 1), -1, 0)  # [n, *batch']
-    W = lead(J.neighbour_weights(), 2)  # [*batch', n, d]
-    W_t = jnp.moveaxis(W, (-2, -1), (0, 1))  # [n, d, *batch']
-    nbr = J.graph.nbr
+    h_t, W_t = sparse_spin_major(h, J, s_t.ndim - 1)  # [n, *batch'], [n, d, *batch']
     for c in classes:  # few classes (a colouring); each is one gather, one fused update, one scatter
         i = np.asarray(c, np.int32)
-        f = h_t[i] + jnp.einsum("md...,md...->m...", W_t[i], s_t[nbr[i]])  # [m, ...]
+        f = sparse_field_rows(h_t, W_t, J.graph.nbr, i, s_t)  # [m, ...]
         a = jnp.abs(s_t[i])
         s_t = s_t.at[i].set(jnp.where(f > t_t[i], a, -a), unique_indices=True, indices_are_sorted=True)
     return s_t

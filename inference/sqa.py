@@ -95,7 +95,7 @@ from isingattn.marginals import Marginals
 from isingattn.inference.coloring import SCHEDULES as SWEEP_SCHEDULES
 from isingattn.inference.coloring import as_classes, schedule_classes
 from isingattn.model import IsingModel
-from isingattn.sparse import SparseCouplings
+from isingattn.sparse import insert_batch_axis
 
 MODES = ("anneal", "thermal")
 RHAT_THRESHOLD = 1.1  # split R-hat of the tail energy above which thermal samples are flagged
@@ -155,7 +155,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     P = trotter
 
     R = num_reads
-    J_r = _read_axis(J)  # J for states [R, *batch, P, n]: a size-1 axis for the replicas
+    J_r = insert_batch_axis(J)  # J for states [R, *batch, P, n]: a size-1 axis for the replicas
     # Reads are a batch axis of the state [R, *batch, P, n] (not a vmap). Each sweep is
     # the public kernel sqa_sweep with key fold_in(key, sweep): its noise for every spin,
     # replica and read is drawn at once. The loop carries the spins in the kernel's own
@@ -210,13 +210,6 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
     r = len(batch)
     info["energy"] = jnp.moveaxis(E, 0, r)
     return jnp.moveaxis(s, 0, r), info
-
-
-def _read_axis(J):
-    """``J`` with a size-1 axis before its last two (dense) or last one (sparse weights)."""
-    if isinstance(J, SparseCouplings):
-        return J.with_weights(J.weights[..., None, :])
-    return J[..., None, :, :]
 
 
 # ---- the engine -------------------------------------------------------------------------------

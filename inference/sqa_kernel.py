@@ -17,7 +17,7 @@ from isingattn import validate as V
 from isingattn.energy import local_field_rows
 from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
-from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, spin_major  # noqa: F401
+from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, sparse_field_rows, sparse_spin_major, spin_major  # noqa: F401
 
 SCHEDULES = ("linear", "geometric")
 
@@ -214,9 +214,9 @@ def sweep_with_noise(E1, Eg, state: SQAState, h, J, beta, gamma, P: Optional[int
     to_t = lambda x: jnp.moveaxis(x, (-1, -2), (0, 1))  # [..., P, n] -> [n, P, ...]
     s_t, E1_t, Eg_t = to_t(spins), to_t(E1), jnp.moveaxis(Eg, -1, 0)
     if sparse:
-        h_t, W_t = _sparse_rows(jnp.asarray(h, dt), J.astype(dt), len(batch))
-        nbr = J.graph.nbr
-        rows = lambda i, s_t: h_t[i] + jnp.einsum("md...,md...->m...", W_t[i], s_t[nbr[i]])
+        h_t, W_t = sparse_spin_major(jnp.asarray(h, dt), J.astype(dt), len(batch))
+        h_t, W_t = h_t[:, None], W_t[:, :, None]  # replica axis 1 of [n, P, *batch] (shared by replicas)
+        rows = lambda i, s_t: sparse_field_rows(h_t, W_t, J.graph.nbr, i, s_t)
     else:
         h_t, J_t = spin_major(jnp.asarray(h, dt), jnp.asarray(J, dt), len(batch))
         h_t, J_t = h_t[:, None], (J_t[:, :, None] if J_t.ndim > 2 else J_t)  # replica axis 1 of [n, P, *batch]
@@ -229,15 +229,6 @@ def sweep_with_noise(E1, Eg, state: SQAState, h, J, beta, gamma, P: Optional[int
         s_t, (acc_s, acc_g) = class_sweep(rows, E1_t, Eg_t, s_t, classes, bp=bp, K=K, P=P, global_moves=global_moves)
     info = SQAInfo(acceptance_single=acc_s.sum(0) / max(n * P, 1), acceptance_global=acc_g / max(n, 1))
     return sqa_init(jnp.moveaxis(s_t, (0, 1), (-1, -2))), info
-
-
-def _sparse_rows(h, J: SparseCouplings, r: int):
-    """``h_t [n, 1, *batch']`` and neighbour weights ``W_t [n, d, 1, *batch']`` for spins
-    ``[n, P, *batch]`` with ``r`` batch axes (replica axis 1, size 1: shared by replicas)."""
-    lead = lambda x, k: x.reshape((1,) * max(r - (x.ndim - k), 0) + x.shape)
-    h_t = jnp.moveaxis(lead(h, 1), -1, 0)[:, None]
-    W_t = jnp.moveaxis(lead(J.neighbour_weights(), 2), (-2, -1), (0, 1))[:, :, None]
-    return h_t, W_t
 
 
 def _ring_constants(beta, gamma, P: int, dt):

@@ -56,6 +56,21 @@ def spin_major(h, J, r: int):
     return h_t, jnp.moveaxis(J, (-2, -1), (0, 1))
 
 
+def sparse_spin_major(h, J, r: int):
+    """:func:`spin_major` for a :class:`~isingattn.sparse.SparseCouplings` ``J``: ``h_t [n,
+    *batch']`` and its neighbour weights ``W_t [n, d, *batch']`` (``J.neighbour_weights``)."""
+    h = h.reshape((1,) * max(r - (h.ndim - 1), 0) + h.shape)
+    W = J.neighbour_weights()
+    W = W.reshape((1,) * max(r - (W.ndim - 2), 0) + W.shape)
+    return jnp.moveaxis(h, -1, 0), jnp.moveaxis(W, (-2, -1), (0, 1))
+
+
+def sparse_field_rows(h_t, W_t, nbr, i, s_t):
+    """Local fields of the spins ``i [m]`` from spin-major ``s_t [n, ...]``: a gather over
+    the neighbour table ``nbr [n, d]``, ``h_i + Σ_k w_ik s_{nbr(i, k)}`` -> ``[m, ...]``."""
+    return h_t[i] + jnp.einsum("md...,md...->m...", W_t[i], s_t[nbr[i]])
+
+
 def blocked_sweep(update, s_t, h_t, J_t, noise: tuple, counts0=()):
     """One systematic sweep in spin-major layout (see the module docstring).
 

@@ -72,19 +72,19 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         items = list(engines.items())
     else:
         items = [(e, get(e)) if isinstance(e, str) else (type(e).__name__, e) for e in engines]
-    if isinstance(reference, str) and reference == "tree":
-        ref_engine, ref_name = _TreeReference(), "tree"
-    elif reference is None or (isinstance(reference, str) and reference == "exact"):
+    if reference is None:
+        reference = "exact"
+    ref_name = reference if isinstance(reference, str) else type(reference).__name__
+    if ref_name == "tree":
+        ref_engine = _TreeReference()
+    elif ref_name == "exact":
         if model.n > EXACT_REFERENCE_MAX_N:
             raise IsingInputError(
                 f"n = {model.n} is too large for an exact reference (at most {EXACT_REFERENCE_MAX_N} spins); "
                 "pass reference='<engine name>' (an approximate engine, e.g. 'gibbs'; errors are then relative to it).")
-        reference = "exact"
         ref_engine = Exact(corr=True)
     else:
         ref_engine = get(reference) if isinstance(reference, str) else reference
-    if not (isinstance(reference, str) and reference == "tree"):
-        ref_name = reference if isinstance(reference, str) else type(reference).__name__
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     keys = jax.random.split(key, len(items) + 1)
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ from isingattn.diagnostics import pack_spins
 from isingattn.energy import energy, local_field
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
-from isingattn.sparse import SparseCouplings
+from isingattn.sparse import SparseCouplings, insert_batch_axis
 
 
 def _outer_to(a, b, shape):
@@ -73,11 +73,6 @@ def _pair_grad(a, b, J, sym: bool = False):
     return g * (1 - jnp.eye(a.shape[-1], dtype=g.dtype))
 
 
-def _read_axis(J):
-    """``J`` for states with one more batch axis (samples): dense ``[..., 1, n, n]``, sparse weights ``[..., 1, E]``."""
-    return J.with_weights(J.weights[..., None, :]) if isinstance(J, SparseCouplings) else J[..., None, :, :]
-
-
 @jax.custom_vjp
 def _mean(h, J, beta, samples):
     return samples.mean(-2)
@@ -93,7 +88,7 @@ def _mean_bwd(res, g):
     w = jnp.einsum("...sn,...n->...s", s - s.mean(-2, keepdims=True), g) / S  # centred ḡ·s, [..., S]
     gh = beta * jnp.einsum("...s,...sn->...n", w, s)
     gJ = jax.tree_util.tree_map(lambda x: 0.5 * beta * x, _pair_grad(w[..., None] * s, s, J))
-    gbeta = -jnp.sum(w * energy(h[..., None, :], _read_axis(J), s))
+    gbeta = -jnp.sum(w * energy(h[..., None, :], insert_batch_axis(J), s))
     return gh, gJ, gbeta.astype(beta.dtype), jnp.zeros_like(s)
 
 
@@ -118,7 +113,7 @@ _given_mean.defvjp(_given_mean_fwd, _given_mean_bwd)
 
 
 def _conditional_means(h, J, beta, s):  # [..., S, n]: E[s_a | s_-a] = tanh(β φ_a); J has a zero diagonal
-    return jnp.tanh(beta * local_field(h[..., None, :], _read_axis(J), s))
+    return jnp.tanh(beta * local_field(h[..., None, :], insert_batch_axis(J), s))
 
 
 @jax.custom_vjp

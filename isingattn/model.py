@@ -211,13 +211,18 @@ class IsingModel(eqx.Module):
         """True when ``J`` is a :class:`~isingattn.sparse.SparseCouplings` (edge list)."""
         return isinstance(self.J, SparseCouplings)
 
+    @property
+    def dense_J_bytes(self) -> int:
+        """Bytes of ``J`` as a dense ``[..., n, n]`` array (what densifying a sparse model costs)."""
+        return int(np.prod(self.J.shape)) * jnp.dtype(self.dtype).itemsize
+
     def densified(self, *, limit_bytes: int = DENSE_LIMIT_BYTES, owner: str = "IsingModel") -> "IsingModel":
         """This model with a dense ``J [..., n, n]`` (itself when already dense). Refused
         with :class:`IsingInputError` when the dense ``J`` would exceed ``limit_bytes``
         (default 1 GiB): ``owner`` (e.g. the engine) is named in the message."""
         if not self.is_sparse:
             return self
-        size = int(np.prod(self.J.shape)) * jnp.dtype(self.dtype).itemsize
+        size = self.dense_J_bytes
         if size > limit_bytes:
             raise IsingInputError(
                 f"{owner} needs dense couplings, and this sparse model's J would take {size / 2**30:.3g} GiB as a dense "

@@ -208,8 +208,13 @@ class SparseCouplings(eqx.Module):
         return self.with_weights(self.weights * a[..., g.edges[:, 0]] * a[..., g.edges[:, 1]])
 
 
-def is_sparse(J) -> bool:
-    return isinstance(J, SparseCouplings)
+def insert_batch_axis(J):
+    """``J`` (dense ``[..., n, n]`` or sparse) with a size-1 batch axis before its coupling
+    axes, for states with one more batch axis (samples, reads): dense ``[..., 1, n, n]``,
+    sparse weights ``[..., 1, E]``."""
+    if isinstance(J, SparseCouplings):
+        return J.with_weights(J.weights[..., None, :])
+    return J[..., None, :, :]
 
 
 def from_dense(J, tol: float = 0.0) -> SparseCouplings:

@@ -205,7 +205,7 @@ def _compare(args) -> int:
         from isingattn.inference import get
         from isingattn.model import DENSE_LIMIT_BYTES
 
-        dense = int(np.prod(model.J.shape)) * np.dtype(model.dtype).itemsize
+        dense = model.dense_J_bytes
         runs = dict(engines, **({args.reference: reference} if args.reference not in ("exact", "tree") else {}))
         heavy = sorted(name for name, e in runs.items() if not e.sparse_native)
         if heavy and dense > DENSE_LIMIT_BYTES:
