@@ -70,17 +70,17 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import effective_sample_size, field_pinned, pack_spins, spin_diagnostics, split_gelman_rubin
-from isingattn.diagnostics import unpack_spins
+from isingattn.diagnostics import WORD, effective_sample_size, field_pinned, packed_spin_diagnostics, split_gelman_rubin
 from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
-from isingattn.fluctuation import sample_marginals, spin_mean, spin_second_moment
+from isingattn.fluctuation import packed_sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 
 NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
 NOISE_CHUNK_ELEMENTS = 2**24
+SAMPLES_LIMIT_BYTES = 2**28  # keep_samples=None keeps float samples up to this size (256 MiB)
 
 __all__ = [
     "GibbsState",
@@ -137,11 +137,17 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     kernel :func:`sweep_with_thresholds` (what :func:`gibbs_sweep` runs), given noise
     drawn for ``NOISE_CHUNK`` sweeps at once.
 
+    The draws are stored packed 32 to a word as the loop goes (one bit per spin and
+    draw): a million-spin lattice's 16 chains × 100 draws take 200 MiB, not 6.4 GiB.
+
     Args:
         shape: ``(*batch, n)``, the spin shape of one chain.
     Returns:
-        samples ``[C, D, *batch, n]`` (chains, draws) and the mean flip rate over
-        the kept sweeps ``[C, *batch]``.
+        words ``[ceil(D/32), C, *batch, n]`` uint32, the draws ``[D, C, *batch, n]``
+        packed as :func:`~isingattn.diagnostics.pack_spins` packs them (bit ``b`` of word
+        ``j``: draw ``32j + b`` is +1; unpack with
+        :func:`~isingattn.fluctuation.unpack_samples`), and the mean flip rate over the
+        kept sweeps ``[C, *batch]``.
     """
     D = num_samples // thin
     burn = num_warmup + num_samples % thin  # as fori_collect: keep the LAST sweep of each block
@@ -158,7 +164,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     to_t = lambda x: jnp.moveaxis(x, -1, 0)  # [C, *batch, n] -> [n, C, *batch]
     from_t = lambda x: jnp.moveaxis(x, 0, -1)
     s = to_t(state.spins)
-    draws = jnp.zeros((D,) + s.shape, dtype)
+    draws = jnp.zeros((-(-D // WORD),) + s.shape, jnp.uint32)  # packed: bit d % 32 of word d // 32
     flips = jnp.zeros(s.shape, dtype)  # |s' - s| summed over the kept sweeps; reduced once at the end
 
     # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
@@ -166,7 +172,11 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     def sweep(t, carry, thresholds):
         s, draws, flips = carry
         new = to_t(sweep_with_thresholds(from_t(thresholds), GibbsState(from_t(s)), h, J, classes)[0].spins)
-        draws = lax.dynamic_update_index_in_dim(draws, new, jnp.clip((t - burn) // thin, 0, D - 1), 0)
+        d = jnp.clip((t - burn) // thin, 0, D - 1)
+        bit = (d % WORD).astype(jnp.uint32)
+        word = lax.dynamic_index_in_dim(draws, d // WORD, 0, keepdims=False)
+        word = (word & ~(jnp.uint32(1) << bit)) | ((new > 0).astype(jnp.uint32) << bit)
+        draws = lax.dynamic_update_index_in_dim(draws, word, d // WORD, 0)
         flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
         return new, draws, flips
 
@@ -189,8 +199,8 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
 
     _, _, draws, flips = lax.fori_loop(0, -(-total // L), chunk, (s, jax.random.key_data(k), draws, flips))
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
-    draws = jnp.moveaxis(draws, (0, 1, 2), (1, -1, 0))  # [D, n, C, *batch] -> [C, D, *batch, n]
-    return draws, 0.5 * flips.sum(0) / active_count / (D * thin)
+    words = jnp.moveaxis(draws, 1, -1)  # [D/32, n, C, *batch] -> [D/32, C, *batch, n]
+    return words, 0.5 * flips.sum(0) / active_count / (D * thin)
 
 
 # ---------------------------------------------------------------------------------
@@ -214,11 +224,15 @@ class Gibbs(Engine):
     ``rhat_threshold``;
     ``rao_blackwell`` (report the mean of ``tanh(β(h + J s))`` over the draws instead of
     the mean of ``s``: lower variance and never exactly ±1, see
-    :mod:`isingattn.fluctuation`; recommended for training attention).
+    :mod:`isingattn.fluctuation`; recommended for training attention);
+    ``keep_samples`` (return the float samples in ``Marginals.samples``; ``None``, the
+    default: when they take at most ``SAMPLES_LIMIT_BYTES``, 256 MiB. The draws are
+    always stored packed, 1 bit each; the mean, its gradient and the diagnostics are
+    computed from those bits, so a million-spin lattice runs without its samples).
 
-    ``marginals(model, *, key)`` returns :func:`sample_marginals` of the draws
-    (``samples [*batch, chains * draws, n]``, chain-major), so the mean is
-    differentiable through the fluctuation–dissipation VJP. ``info``:
+    ``marginals(model, *, key)`` returns :func:`packed_sample_marginals` of the draws
+    (``samples [*batch, chains * draws, n]``, chain-major, or None, see ``keep_samples``),
+    so the mean is differentiable through the fluctuation–dissipation VJP. ``info``:
 
     * ``flip_rate [*batch, chains]``: fraction of active spins flipped per sweep
       (heat bath always accepts; this is the acceptance-rate analogue).
@@ -250,6 +264,7 @@ class Gibbs(Engine):
     diagnostics: bool = eqx.field(static=True, default=True, converter=V.plain)
     rhat_threshold: float = eqx.field(static=True, default=1.05, converter=V.plain)
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
+    keep_samples: Optional[bool] = eqx.field(static=True, default=None, converter=V.plain)
 
     def __check_init__(self):
         o = "Gibbs"
@@ -259,6 +274,8 @@ class Gibbs(Engine):
         V.choice("schedule", self.schedule, SCHEDULES, owner=o)
         for name in ("diagnostics", "rao_blackwell"):
             V.boolean(name, getattr(self, name), owner=o)
+        if self.keep_samples is not None:
+            V.boolean("keep_samples", self.keep_samples, owner=o)
         # R-hat is ≥ 1 up to noise: a threshold ≤ 1 could never be met
         V.float_in("rhat_threshold", self.rhat_threshold, 1.0, owner=o, lo_open=True)
         draws = self.num_samples // self.thin
@@ -287,7 +304,13 @@ class Gibbs(Engine):
             classes = tuple(c for c in (tuple(i for i in c if i < model.n) for c in classes) if c)
         return _gibbs_marginals(model, key, (self.num_warmup, self.num_samples, self.num_chains, self.thin,
                                              self.diagnostics, float(self.rhat_threshold), classes,
-                                             bool(self.rao_blackwell)))
+                                             bool(self.rao_blackwell), self._keeps_samples(model)))
+
+    def _keeps_samples(self, model: IsingModel) -> bool:
+        if self.keep_samples is not None:
+            return bool(self.keep_samples)
+        size = self.num_chains * (self.num_samples // self.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
+        return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
 
     def _warning(self, flag, info, bad, total) -> str:
         r = np.asarray(info["r_hat"])
@@ -302,41 +325,41 @@ class Gibbs(Engine):
                 "info['converged'], info['r_hat'], info['frozen'], info['flip_rate'].")
 
 
-def _known_spins(model: IsingModel, h, J, beta, draws, num_draws: int):
+def _known_spins(model: IsingModel, h, J, beta, first, num_draws: int):
     """``[*batch, n]``: spins whose constant draws are the right answer without any
     mixing: inactive spins (held at 0), and spins pinned by their own field
-    (:func:`isingattn.diagnostics.field_pinned`) whose draws have the sign of ``h``. Any
-    other spin that never changed is frozen: its chains did not move, so they are no
-    evidence of convergence."""
-    batch_n = draws.shape[2:]
+    (:func:`isingattn.diagnostics.field_pinned`) whose draws have the sign of ``h``
+    (``first [*batch, n]``: chain 0's first draw is +1). Any other spin that never
+    changed is frozen: its chains did not move, so they are no evidence of convergence."""
+    batch_n = first.shape
     act = model.active()
     inactive = jnp.zeros(batch_n, bool) if act is None else ~jnp.broadcast_to(act, batch_n)
     pinned = field_pinned(h, J, beta, num_draws, act)
-    right_sign = draws[0, 0] * jnp.sign(h) > 0
+    right_sign = jnp.where(first, 1.0, -1.0) * jnp.sign(h) > 0
     return inactive | (jnp.broadcast_to(pinned, batch_n) & right_sign)
 
 
 def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
-    num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes, rao_blackwell = config
+    (num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes, rao_blackwell,
+     keep_samples) = config
     n, dtype = model.n, model.dtype
     batch = tuple(model.batch_shape)
     # The sampler needs no derivatives: gradients come from the fluctuation–dissipation VJP.
     h, J, beta = (lax.stop_gradient(x) for x in (model.h, model.J, model.beta))
-    draws, rates = run_chains(
+    words, rates = run_chains(
         key, h, J, beta, model.active(), batch + (n,), num_warmup=num_warmup,
         num_samples=num_samples, num_chains=num_chains, thin=thin, classes=classes,
-    )  # draws [C, D, *batch, n], rates [C, *batch]
-    C, D = draws.shape[:2]
+    )  # words [D/32, C, *batch, n] (the draws, packed), rates [C, *batch]
+    C, D = num_chains, num_samples // thin
     info = {"flip_rate": jnp.moveaxis(rates, 0, -1)}
-    # The draws packed 32 to a word, once: the statistics below are counts on these words.
-    # Packed from the draw-major view [D, n, C, *batch], the layout run_chains' loop stores
-    # them in, so that they are read in place (any other view is correct, but a copy).
-    raw = jnp.moveaxis(draws, (1, -1, 0), (0, 1, 2))
-    words = jnp.moveaxis(pack_spins(raw), 1, -1).reshape((-1, C, int(np.prod(batch, dtype=int)) * n))  # [D/32, C, F]
+    # every statistic below is a count on the packed words: the float draws are never made
+    words = words.reshape(words.shape[:2] + (-1,))  # [D/32, C, F]
     if diagnostics:
-        known = _known_spins(model, h, J, beta, draws, C * D)  # [*batch, n]
+        first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
+        known = _known_spins(model, h, J, beta, first, C * D)  # [*batch, n]
         # split R-hat, ESS and MCSE from exact counts on the packed spins, not an FFT of every draw
-        rhat, ess, err, const = spin_diagnostics(draws, known, words=words)  # [*batch, n]; NaN for a frozen spin
+        stats = packed_spin_diagnostics(words, D, known.reshape(-1), dtype=dtype)  # NaN for a frozen spin
+        rhat, ess, err, const = (v.reshape(batch + (n,)) for v in stats)
         info.update(
             r_hat=rhat.astype(dtype),
             ess=ess.astype(dtype),
@@ -344,15 +367,7 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
             frozen=const & ~known,
             converged=jnp.all(rhat < rhat_threshold, axis=-1),  # NaN (frozen) counts as not converged
         )
-    # The samples, chain-major, unpacked from the words (bit for bit the draws; masked spins
-    # are zeroed by sample_marginals): XLA:CPU writes them from the 1/32-size words faster
-    # than it transposes the draws out of the loop's draw-major layout (~110 vs ~25 ms here).
-    samples = jnp.moveaxis(unpack_spins(words, D, draws.dtype).reshape((D, C) + batch + (n,)), (0, 1), (-2, -3))
-    samples = samples.reshape(batch + (C * D, n))
-    # popcounts of packed spins: a quarter of a GEMM's time; a sparse graph stores no [n, n] moment
-    corr = None if model.is_sparse else spin_second_moment(draws, model.active(), words=words)
-    mean = spin_mean(draws, model.active(), words=words)  # no second read of the draws
-    return sample_marginals(model, samples, info, rao_blackwell=rao_blackwell, corr=corr, mean=mean)
+    return packed_sample_marginals(model, words, D, info, keep_samples=keep_samples, rao_blackwell=rao_blackwell)
 
 
 # The interop layers import this module, so they are re-exported on first access

@@ -27,7 +27,7 @@ from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
 
 __all__ = ["split_gelman_rubin", "effective_sample_size", "mcse", "is_constant", "field_pinned", "pack_spins",
-           "unpack_spins", "spin_diagnostics"]
+           "unpack_spins", "spin_diagnostics", "packed_spin_diagnostics"]
 
 
 def is_constant(x):
@@ -271,15 +271,52 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS, words=Non
     ≤ 0); while some series has not ended after ``direct_lags`` lags, it is the FFT of
     :func:`effective_sample_size` instead. The counts are exact; the two paths agree to
     rounding (tests: against numpyro, float64 and float32). ``words [ceil(N/32), C, F]``:
-    :func:`pack_spins` of the draws (``F`` the entries of ``...``), if the caller has them.
+    :func:`pack_spins` of the draws (``F`` the entries of ``...``), if the caller has them
+    (then see :func:`packed_spin_diagnostics`, which needs no draws at all).
     """
     x = _check(x, "spin diagnostics")
     C, N = x.shape[:2]
     shape = x.shape[2:]
     dt = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
-    x = x.reshape(C, N, -1).astype(dt)
-    W = pack_spins(jnp.moveaxis(x, 1, 0)) if words is None else words  # [Nw, C, F]
-    Nw, F = W.shape[0], W.shape[2]
+    W = pack_spins(jnp.moveaxis(x.reshape(C, N, -1), 1, 0)) if words is None else words  # [Nw, C, F]
+    known = None if known is None else jnp.broadcast_to(known, shape).reshape(-1)
+    out = packed_spin_diagnostics(W, N, known, dtype=dt, direct_lags=direct_lags)
+    return tuple(v.reshape(shape) for v in out)
+
+
+def packed_spin_diagnostics(words, num_draws: int, known=None, *, dtype, direct_lags: int = DIRECT_LAGS):
+    """:func:`spin_diagnostics` from the packed draws alone: ``words [ceil(N/32), C, F]``
+    uint32 (:func:`pack_spins` of ``C`` chains' ``N = num_draws`` draws of ``F`` series;
+    a masked series is all zero bits), ``known [F]`` bool or None. Returns R-hat, ESS,
+    MCSE ``[F]`` of ``dtype`` and constancy ``[F]`` bool.
+
+    The series are independent, so they are taken ``max(SERIES_MIN, SERIES_WORDS // C)``
+    at a time (``lax.map``): the lag counts' ``[32, C, chunk]`` temporaries stay a fixed
+    size however many spins there are (a million-spin lattice), and each chunk's lag loop
+    stops when its own series have ended."""
+    Nw, C, F = words.shape
+    chunk = max(SERIES_MIN, SERIES_WORDS // C)
+    run = lambda W: _packed_stats(W, num_draws, dtype, direct_lags)
+    if F <= chunk:
+        rhat, ess, err, const = run(words)
+    else:
+        k = -(-F // chunk)
+        W = jnp.pad(words, ((0, 0), (0, 0), (0, k * chunk - F)))  # zero series: constant, sliced off
+        W = jnp.moveaxis(W.reshape(Nw, C, k, chunk), 2, 0)
+        rhat, ess, err, const = (v.reshape(-1)[:F] for v in lax.map(run, W))
+    if known is not None:  # an unexplained constant: no R-hat, no ESS (module docstring)
+        bad = const & ~known
+        rhat, ess, err = (jnp.where(bad, jnp.nan, v) for v in (rhat, ess, err))
+    return rhat, ess, err, const
+
+
+SERIES_WORDS = 2**16  # chains × series per chunk of packed_spin_diagnostics (fastest on CPU)
+SERIES_MIN = 2**12  # series per chunk at least (many chains)
+
+
+def _packed_stats(W, N: int, dt, direct_lags: int):
+    """R-hat, ESS, MCSE and constancy ``[F]`` of packed spin draws ``W [Nw, C, F]``."""
+    Nw, C, F = W.shape
     pop = lax.population_count(W).astype(jnp.int32)
     cum = jnp.concatenate([jnp.zeros_like(pop[:1]), jnp.cumsum(pop, axis=0)], axis=0)  # [Nw + 1, C, F]
     ones = cum[-1]  # [C, F]
@@ -343,7 +380,4 @@ def spin_diagnostics(x, known=None, *, direct_lags: int = DIRECT_LAGS, words=Non
     else:
         ess = err = nan
 
-    if known is not None:  # an unexplained constant: no R-hat, no ESS (module docstring)
-        bad = const & ~jnp.broadcast_to(known, shape).reshape(-1)
-        rhat, ess, err = (jnp.where(bad, jnp.nan, v) for v in (rhat, ess, err))
-    return tuple(v.reshape(shape) for v in (rhat, ess, err, const))
+    return rhat, ess, err, const

@@ -26,12 +26,13 @@ It is only as good as the samples are Boltzmann: for a sampler off its target β
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from isingattn.diagnostics import pack_spins
+from isingattn.diagnostics import pack_spins, unpack_spins
 from isingattn.energy import energy, local_field
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
@@ -145,8 +146,10 @@ _rb_mean.defvjp(_rb_mean_fwd, _rb_mean_bwd)
 def spin_mean(draws, active=None, words=None):
     """The mean ``⟨s_j⟩ [*batch, n]`` of spin draws ``[C, D, *batch, n]`` (as for
     :func:`spin_second_moment`) from the packed words: ``(2·#(+1) - C·D) / (C·D)``, the
-    same number as the float mean of the draws, without reading them again. ``words``:
-    the draws' :func:`~isingattn.diagnostics.pack_spins`, if the caller has them."""
+    same number as the float mean of the draws, without reading them again. ``words``
+    ``[ceil(D/32), C, F]``: the draws' :func:`~isingattn.diagnostics.pack_spins`, if the
+    caller has them; then ``draws`` need only have their shape and dtype (e.g. a
+    ``jax.ShapeDtypeStruct``)."""
     C, D = draws.shape[:2]
     W = pack_spins(jnp.moveaxis(draws.reshape(C, D, -1), 1, 0)) if words is None else words  # [Nw, C, F]
     ones = lax.population_count(W).astype(jnp.int32).sum((0, 1), dtype=jnp.int32)
@@ -162,7 +165,7 @@ def spin_second_moment(draws, active=None, words=None):
     - 2·#(draws where s_j ≠ s_k)``, popcounts of XORs. The same numbers as the sample
     second moment of :func:`sample_marginals` (whose float sums of ±1 are exact integers
     up to 2^24 draws; these counts are exact to 2^31), at about a quarter of its GEMM's
-    time on CPU. Rows and columns of inactive spins are 0. ``words``: as for :func:`spin_mean`."""
+    time on CPU. Rows and columns of inactive spins are 0. ``words``, ``draws``: as for :func:`spin_mean`."""
     C, D = draws.shape[:2]
     shape = draws.shape[2:]
     n = shape[-1]
@@ -214,3 +217,58 @@ def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_black
     if corr is None and not isinstance(J, SparseCouplings):  # a sparse graph stores no [n, n] moment
         corr = jnp.einsum("...sj,...sk->...jk", samples, samples) / samples.shape[-2]
     return Marginals(mean=mean, corr=corr, samples=samples, info={} if info is None else info)
+
+
+def unpack_samples(words, num_draws: int, shape, dtype):
+    """Chain-major samples ``[*batch, C·D, n]`` from packed draws ``words [ceil(D/32), C, F]``
+    (:func:`~isingattn.diagnostics.pack_spins` of ``D = num_draws`` draws ``[D, C, *batch,
+    n]``, ``shape = (*batch, n)``, ``F`` its size). Masked spins come back as -1."""
+    C, D = words.shape[1], num_draws
+    x = unpack_spins(words, D, dtype).reshape((D, C) + tuple(shape))
+    return jnp.moveaxis(x, (0, 1), (-2, -3)).reshape(tuple(shape[:-1]) + (C * D, shape[-1]))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _packed_mean(h, J, beta, words, active, mean, num_draws):
+    """:func:`_given_mean` whose samples stay packed: the residual is 1/32 of the samples
+    (the reason to keep no float samples), unpacked in the backward pass only."""
+    return mean
+
+
+def _packed_mean_fwd(h, J, beta, words, active, mean, num_draws):
+    return mean, (h, J, beta, words, active)
+
+
+def _packed_mean_bwd(num_draws, res, g):
+    h, J, beta, words, active = res
+    s = unpack_samples(words, num_draws, g.shape, g.dtype)
+    if active is not None:
+        s = jnp.where(active[..., None, :], s, 0.0)
+    return _mean_bwd((h, J, beta, s), g)[:3] + (None, None, jnp.zeros_like(g))
+
+
+_packed_mean.defvjp(_packed_mean_fwd, _packed_mean_bwd)
+
+
+def packed_sample_marginals(model: IsingModel, words, num_draws: int, info=None, *, keep_samples: bool = True,
+                            rao_blackwell: bool = False) -> Marginals:
+    """:func:`sample_marginals` of draws packed 32 to a word: ``words [ceil(D/32), C, F]``
+    (see :func:`unpack_samples`). The mean (and, for dense ``J``, the second moment) are
+    counted on the words; float samples are made only for ``keep_samples`` (then in
+    ``Marginals.samples``, ``[*batch, C·D, n]``) or ``rao_blackwell``. Without them the
+    mean is still differentiable: its VJP unpacks the words (a million-spin lattice's
+    float samples would not fit in memory; its words do)."""
+    shape = tuple(model.batch_shape) + (model.n,)
+    act = model.active()
+    draws = jax.ShapeDtypeStruct((words.shape[1], num_draws) + shape, model.dtype)  # shapes only: counts use words
+    mean = spin_mean(draws, act, words=words)
+    corr = None if model.is_sparse else spin_second_moment(draws, act, words=words)
+    if keep_samples or rao_blackwell:
+        samples = unpack_samples(words, num_draws, shape, model.dtype)
+        m = sample_marginals(model, samples, info, rao_blackwell=rao_blackwell, corr=corr, mean=mean)
+        return m if keep_samples else Marginals(mean=m.mean, corr=m.corr, info=m.info)
+    h, J = model.masked_parameters()
+    h = jnp.broadcast_to(h, shape)
+    act = None if act is None else jnp.broadcast_to(act, shape)
+    mean = _packed_mean(h, J, model.beta, lax.stop_gradient(words), act, lax.stop_gradient(mean), num_draws)
+    return Marginals(mean=mean, corr=corr, info={} if info is None else info)

@@ -109,6 +109,11 @@ class CouplingGraph:
     def max_degree(self) -> int:
         return self.nbr.shape[1]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the structure (edges and the derived tables): O(n + E)."""
+        return sum(a.nbytes for a in (self.edges, self.degree, self.nbr, self.slot, self.rev))
+
     def __hash__(self):
         return hash(self._key)
 

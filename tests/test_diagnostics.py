@@ -180,3 +180,21 @@ def test_pack_spins_bits_and_unpack_roundtrip(N):
     assert not bits[N:].any()
     back = np.asarray(D.unpack_spins(jnp.asarray(W.astype(np.uint32)), N, jnp.float64))
     np.testing.assert_array_equal(back, np.where(x == 0, -1.0, x))
+
+
+def test_packed_diagnostics_in_series_chunks_equal_numpyro(monkeypatch):
+    # a million-spin model's diagnostics run SERIES_WORDS // C series at a time (lax.map):
+    # with chunks of 2 series, 7 series are 4 chunks, the last one padded
+    rng = np.random.default_rng(8)
+    x = _spin_chains(rng, 4, 300, [0.005, 0.3, 0.1, 0.5, 0.02, 0.7, 0.2])
+    x[:, :, 3] = 1.0  # a constant, known, series inside a chunk
+    monkeypatch.setattr(D, "SERIES_WORDS", 8)
+    words = D.pack_spins(jnp.moveaxis(jnp.asarray(x), 1, 0))  # [Nw, C, F]
+    rhat, ess, err, const = (np.asarray(v) for v in jax.jit(
+        lambda w: D.packed_spin_diagnostics(w, 300, dtype=jnp.float64))(words))
+    assert const.tolist() == [False, False, False, True, False, False, False]
+    moving = ~const
+    np.testing.assert_allclose(ess[moving], np_ess(x[..., moving]), rtol=1e-10)
+    np.testing.assert_allclose(rhat[moving], np_rhat(x[..., moving]), rtol=1e-10)
+    np.testing.assert_allclose(err[moving], x.reshape(1200, -1).std(0)[moving] / np.sqrt(np_ess(x[..., moving])), rtol=1e-10)
+    assert ess[3] == 1200 and rhat[3] == 1 and err[3] == 0

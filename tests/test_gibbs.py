@@ -292,6 +292,41 @@ def test_counted_mean_and_corr_keep_values_and_gradients():
         np.testing.assert_array_equal(np.asarray(g1), np.asarray(g0))
 
 
+def test_packed_marginals_without_samples_keep_values_and_gradients():
+    """``packed_sample_marginals(keep_samples=False)`` (what Gibbs does when the float
+    samples would not fit) gives the values and the gradients of the plain sample path
+    from the packed words alone, with masked spins; and the Gibbs engine agrees with
+    itself bit for bit with and without kept samples."""
+    from isingattn.diagnostics import pack_spins
+    from isingattn.fluctuation import packed_sample_marginals, sample_marginals
+
+    rng = np.random.default_rng(13)
+    C, D, Q, n = 3, 45, 2, 6  # D not a multiple of 32
+    mask = jnp.asarray([True, True, False, True, True, True])
+    draws = jnp.asarray(rng.choice([-1.0, 1.0], size=(C, D, Q, n)))
+    samples = jnp.moveaxis(draws, (0, 1), (-3, -2)).reshape(Q, C * D, n)
+    words = pack_spins(jnp.moveaxis(draws, 1, 0)).reshape(-1, C, Q * n)
+    _, J = random_model(rng, n)
+
+    def out(h, J, beta, packed):
+        m = IsingModel(h, J, beta, mask=mask)
+        return packed_sample_marginals(m, words, D, keep_samples=False) if packed else sample_marginals(m, samples)
+
+    args = (jnp.asarray(rng.normal(size=(Q, n))), jnp.asarray(J), jnp.asarray(0.7))
+    assert out(*args, True).samples is None
+    for field in ("mean", "corr"):
+        np.testing.assert_array_equal(getattr(out(*args, True), field), getattr(out(*args, False), field))
+    loss = lambda *a: (out(*a[:3], a[3]).mean * jnp.arange(1.0, n + 1)).sum()
+    for g1, g0 in zip(jax.grad(loss, argnums=(0, 1, 2))(*args, True), jax.grad(loss, argnums=(0, 1, 2))(*args, False)):
+        np.testing.assert_allclose(np.asarray(g1), np.asarray(g0), rtol=1e-13, atol=1e-15)
+    model = IsingModel(*args[:2], 0.7, mask=mask)
+    kept = Gibbs(num_warmup=5, num_samples=40, num_chains=3).marginals(model, key=jax.random.PRNGKey(1))
+    lean = Gibbs(num_warmup=5, num_samples=40, num_chains=3, keep_samples=False).marginals(model, key=jax.random.PRNGKey(1))
+    assert kept.samples.shape == (Q, 120, n) and lean.samples is None
+    np.testing.assert_array_equal(kept.mean, lean.mean)
+    np.testing.assert_array_equal(kept.info["ess"], lean.info["ess"])
+
+
 # ----------------------------------------------------------------------------------
 # NumPyro MCMC and ArviZ
 # ----------------------------------------------------------------------------------
