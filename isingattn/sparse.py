@@ -67,35 +67,46 @@ class CouplingGraph:
             raise IsingInputError(f"CouplingGraph: edge {k} couples spin {e[k, 0]} to itself; Ising couplings need two "
                                   "distinct spins (s_i² = 1 is a constant). Remove it.")
         e = np.sort(e, axis=1).astype(np.int32)
-        key = e[:, 0].astype(np.int64) * n + e[:, 1]
-        if np.unique(key).size != key.size:
-            _, first, counts = np.unique(key, return_index=True, return_counts=True)
-            k = int(first[np.argmax(counts > 1)])
-            raise IsingInputError(f"CouplingGraph: the pair ({e[k, 0]}, {e[k, 1]}) is listed more than once; give each "
-                                  "coupling once (sum duplicate weights first).")
+        # duplicates, from the sorted pair keys (np.unique would keep several copies of them)
+        key = np.sort(e[:, 0].astype(np.int64) * n + e[:, 1])
+        dup = np.flatnonzero(key[1:] == key[:-1])
+        if dup.size:
+            i, j = divmod(int(key[dup[0]]), n)
+            raise IsingInputError(f"CouplingGraph: the pair ({i}, {j}) is listed more than once; give each coupling "
+                                  "once (sum duplicate weights first).")
+        del key
         self.n, self.edges = n, e
         self.edges.setflags(write=False)
         E = e.shape[0]
         deg = np.bincount(e.ravel(), minlength=n)
         d = max(int(deg.max(initial=0)), 1)
-        # neighbour table: both orientations of every edge, grouped by spin
-        src = np.concatenate([e[:, 0], e[:, 1]])
-        dst = np.concatenate([e[:, 1], e[:, 0]])
-        eid = np.concatenate([np.arange(E), np.arange(E)]).astype(np.int32)
-        order = np.argsort(src, kind="stable")
-        src, dst, eid = src[order], dst[order], eid[order]
-        pos = np.arange(src.size) - np.concatenate([[0], np.cumsum(deg)[:-1]])[src]
+        # Neighbour table: both orientations of every edge, grouped by spin. Built in int32
+        # where it fits, temporaries freed as they go: a million-spin lattice's tables take
+        # 72 MiB, and building them peaks at about twice that.
+        it = np.int32 if max(n * d, 2 * E) < 2**31 else np.int64
+        src = np.concatenate([e[:, 0], e[:, 1]]).astype(it)
+        order = np.argsort(src, kind="stable").astype(it)
+        src = src[order]
+        eid = (order % E).astype(it) if E else order  # order < E: edge order; else its second orientation
+        dst = np.where(order < E, e[eid, 1], e[eid, 0]).astype(it)
+        del order
+        pos = np.arange(src.size, dtype=it) - np.concatenate([[0], np.cumsum(deg)[:-1]]).astype(it)[src]
         nbr = np.repeat(np.arange(n, dtype=np.int32)[:, None], d, axis=1)
         slot = np.full((n, d), E, np.int32)
         nbr[src, pos], slot[src, pos] = dst, eid
+        del dst
         # rev: for the slot (i, k) of neighbour j, the flat index j·d + k' of i in j's row
         # (messages i -> j and j -> i of BP); padding points at itself
-        flat = src * d + pos
-        side = (src != e[eid, 0]).astype(np.int64)
-        edge_slot = np.empty((E, 2), np.int64)
+        flat = src * it(d) + pos
+        del pos
+        side = (src != e[eid, 0]).astype(np.int8)
+        del src
+        edge_slot = np.empty((E, 2), it)
         edge_slot[eid, side] = flat
-        rev = np.arange(n * d, dtype=np.int32).reshape(n, d)
-        rev[src, pos] = edge_slot[eid, 1 - side]
+        rev = np.arange(n * d, dtype=np.int32).reshape(n, d).ravel()
+        rev[flat] = edge_slot[eid, 1 - side]
+        rev = rev.reshape(n, d)
+        del flat, side, edge_slot, eid
         self.degree, self.nbr, self.slot, self.rev = deg, nbr, slot, rev
         for a in (self.degree, self.nbr, self.slot, self.rev):
             a.setflags(write=False)
@@ -108,6 +119,12 @@ class CouplingGraph:
     @property
     def max_degree(self) -> int:
         return self.nbr.shape[1]
+
+    @property
+    def bandwidth(self) -> int:
+        """``max |i - j|`` over the edges (0 without edges): the window the Banded engine
+        needs in this spin order (an open ``L × W`` row-major lattice: ``W``)."""
+        return int(np.max(self.edges[:, 1] - self.edges[:, 0], initial=0))
 
     @property
     def nbytes(self) -> int:
