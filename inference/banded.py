@@ -25,6 +25,9 @@ that fail its underflow bound, and everything else, take the per-spin sweep, wit
   accurate for every finite input. It runs only when some model fails the bound
   (e.g. |h|, |J| ~ 1e2 competing in float32), and then for the whole batch.
 
+Sparse couplings (an edge list) enter only through the band ``J_{t, t-d}``, ``d ≤ w``,
+scattered from the edges (``_band``): O(n w) memory, so a lattice strip of any length works.
+
 Cost ``O(n 2^w)`` per query (plus ``O(n 2^w w)`` per distinct ``J`` for the tables),
 as ``lax.scan`` sweeps batched over all queries. Memory: the sweep keeps the forward
 message only at the start of each of ~sqrt(n) blocks and recomputes a block before
@@ -34,6 +37,7 @@ its backward pass (under ``jax.checkpoint``, so gradients need no more), i.e.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import ClassVar, Optional
 
@@ -59,12 +63,19 @@ from isingattn.engine import Engine, register
 from isingattn.errors import IsingInputError
 from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel, _is_traced
+from isingattn.sparse import SparseCouplings
 
 MAX_BANDWIDTH = 20  # 2^w states per query and step
 
 
-def band_violation(J, bandwidth: int):
-    """Largest ``|j - k|`` with ``J_jk != 0`` (0 if none).  J: [..., n, n] -> int (numpy or traced)."""
+def band_violation(J, bandwidth: Optional[int] = None):
+    """Largest ``|j - k|`` with ``J_jk != 0`` (0 if none): the bandwidth of ``J``'s sparsity
+    pattern in the given spin order. J: [..., n, n] -> int (numpy, or traced for traced J);
+    :class:`~isingattn.sparse.SparseCouplings` -> int from its static graph (every edge
+    counts, whatever its weight: :attr:`~isingattn.sparse.CouplingGraph.bandwidth`).
+    ``bandwidth`` is unused (kept for existing callers)."""
+    if isinstance(J, SparseCouplings):
+        return J.graph.bandwidth
     n = J.shape[-1]
     dist = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
     if _is_traced(J):
@@ -77,7 +88,15 @@ def _band_message(bandwidth: int, dist: Optional[int] = None) -> str:
     at = f"at distance {dist}" if dist is not None else f"beyond distance {bandwidth}"
     wider = f"Banded(bandwidth={dist})" if dist is not None else "a larger bandwidth"
     return (f"Banded(bandwidth={bandwidth}) needs J_jk = 0 for |j - k| > {bandwidth}, but J has a nonzero coupling {at}. "
-            f"Use {wider} (cost 2^bandwidth per spin), Exact for dense J, or zero the couplings beyond the band.")
+            f"Use {wider} or Banded(bandwidth=None) to read it from the model (cost 2^bandwidth per spin), Exact for "
+            "dense J, or zero the couplings beyond the band (a sparse graph: drop those edges).")
+
+
+def _pattern_message(dist: int) -> str:
+    return (f"Banded(bandwidth=None) reads the bandwidth from the model: its couplings reach distance {dist} in the "
+            f"given spin order, and Banded handles at most {MAX_BANDWIDTH} (2^bandwidth states per spin). Number the "
+            "spins so that coupled ones are close (a lattice: row-major with the short side last, e.g. "
+            "graphs.lattice((L, W)) with W the smaller side), or use Exact (small n) or an approximate engine.")
 
 
 @register("banded")
@@ -94,40 +113,72 @@ class Banded(Engine):
     correlations come from one forward-mode derivative per spin, ``O(n² 2^w)`` per
     query: only for modest ``n``.
 
+    Sparse couplings (:class:`~isingattn.sparse.SparseCouplings`) are used as they are: the
+    band ``[..., n, w]`` is scattered from the edge list (O(n w) memory, never the dense
+    ``[n, n]``), so an open ``L × W`` lattice strip in row-major order
+    (``graphs.lattice((L, W))``, bandwidth ``W``) is solved exactly for any ``L``. Causal
+    sparse models are densified by the engine template first (up to its 1 GiB limit).
+
     Args:
-        bandwidth: ``w``, the largest distance ``|j - k|`` with a nonzero coupling.
-            Concrete ``J`` is checked eagerly (``IsingInputError``, a ``ValueError``);
-            traced ``J`` with ``equinox.error_if``.
+        bandwidth: ``w``, the largest distance ``|j - k|`` with a coupling (≤ 20), or None:
+            read it from the model, i.e. ``graph.bandwidth`` of a sparse model (static, so
+            also under ``jax.jit``) or the largest ``|j - k|`` with ``J_jk != 0`` of a
+            concrete dense ``J`` (1 when there is none); a traced dense ``J`` has no readable
+            pattern, so None raises ``IsingInputError`` there (pass ``bandwidth``).
+            A given ``w`` smaller than the model's pattern raises ``IsingInputError`` naming
+            both, eagerly for concrete dense ``J`` and for every sparse model (its edges are
+            the pattern, whatever their weights); traced dense ``J`` is checked with
+            ``equinox.error_if``.
         corr: also return ``⟨s_j s_k⟩``.
     """
 
     exact: ClassVar[bool] = True
     native_causal: ClassVar[bool] = True  # causal queries are swept over their own prefix (_blocked)
-    bandwidth: int = eqx.field(static=True, default=8, converter=V.plain)
+    sparse_native: ClassVar[bool] = True  # the band is scattered from the edges (_band)
+    bandwidth: Optional[int] = eqx.field(static=True, default=8, converter=V.plain)
     corr: bool = eqx.field(static=True, default=False, converter=V.plain)
     path: str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
         if not isinstance(self.path, str) or self.path not in ("auto", "sweep"):
             raise IsingInputError(f'path must be "auto" (blocked GEMMs where they apply) or "sweep"; got {self.path!r}.')
-        # 2^bandwidth states per spin: hence the upper bound
-        V.positive_int("bandwidth", self.bandwidth, owner="Banded", hi=MAX_BANDWIDTH)
+        # 2^bandwidth states per spin: hence the upper bound (None: read from the model)
+        if self.bandwidth is not None:
+            V.positive_int("bandwidth", self.bandwidth, owner="Banded", hi=MAX_BANDWIDTH)
         V.boolean("corr", self.corr, owner="Banded")
 
     def _prepare(self, model: IsingModel) -> Engine:
-        if not _is_traced(model.J):  # eager check with a message that names the distance
-            dist = band_violation(model.J, self.bandwidth)
-            if dist > self.bandwidth:
-                raise IsingInputError(_band_message(self.bandwidth, dist))
+        """The engine with a concrete bandwidth: ``self`` when one is given (checked against
+        the model's pattern where it is known on the host), else the model's own."""
+        sparse = isinstance(model.J, SparseCouplings)
+        # the pattern's bandwidth where the host can read it: a sparse graph is static
+        dist = band_violation(model.J) if sparse or not _is_traced(model.J) else None
+        if self.bandwidth is None:
+            if dist is None:
+                raise IsingInputError(
+                    "Banded(bandwidth=None) reads the bandwidth from the model's couplings, but this dense J is traced "
+                    f"(inside jax.jit, grad or vmap), so its zeros are unknown. Pass bandwidth=w (the largest |j - k| "
+                    f"with J_jk != 0, at most {MAX_BANDWIDTH}), a concrete J, or sparse couplings (their graph is static).")
+            if dist > MAX_BANDWIDTH:
+                raise IsingInputError(_pattern_message(dist))
+            return dataclasses.replace(self, bandwidth=max(dist, 1))
+        if dist is not None and dist > self.bandwidth:  # eager, with a message that names both
+            raise IsingInputError(_band_message(self.bandwidth, dist))
         return self
 
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
+        if self.bandwidth is None:  # called without marginals' _prepare
+            return self._prepare(model)._marginals(model, key)
         return _solve(model, int(self.bandwidth), self.corr, self.path == "auto")
 
 
 def _solve(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> Marginals:
     h, J, beta = model.h, model.J, model.beta
-    J = eqx.error_if(J, band_violation(J, w) > w, _band_message(w))
+    if isinstance(J, SparseCouplings):  # static: an edge beyond the band would be dropped by _band
+        if J.graph.bandwidth > w:
+            raise IsingInputError(_band_message(w, J.graph.bandwidth))
+    else:
+        J = eqx.error_if(J, band_violation(J, w) > w, _band_message(w))
     act = model.active()  # [..., n] bool or None
     user_mask = model.mask
     mean_fn = lambda hh: _forward_backward(hh, J, beta, act, user_mask, w)

@@ -11,13 +11,22 @@ import numpy as np
 from jax import lax
 
 from isingattn.energy import spin_table
+from isingattn.sparse import SparseCouplings
 
 
 def _band(J, w):
     """Couplings of each spin to the ``w`` spins before it, in window order.
 
-    J: [..., n, n] -> [..., n, w] with ``out[..., t, k] = J_{t, t-w+k}`` (0 before spin 0).
-    Symmetrized, so the gradient w.r.t. ``J`` is symmetric like ``Exact``'s."""
+    J: [..., n, n] or :class:`~isingattn.sparse.SparseCouplings` -> [..., n, w] with
+    ``out[..., t, k] = J_{t, t-w+k}`` (0 before spin 0). Dense: symmetrized, so the gradient
+    w.r.t. ``J`` is symmetric like ``Exact``'s. Sparse: a scatter of the weights of the edges
+    within distance ``w`` (the caller checks that no edge is farther), O(n w), never dense."""
+    if isinstance(J, SparseCouplings):
+        g = J.graph
+        i, j = g.edges[:, 0], g.edges[:, 1]
+        near = np.flatnonzero(j - i <= w)  # static: the graph is numpy
+        out = jnp.zeros(J.weights.shape[:-1] + (g.n, w), J.dtype)
+        return out.at[..., j[near], w - (j - i)[near]].set(J.weights[..., near])
     n = J.shape[-1]
     t = np.arange(n)[:, None]
     src = t - w + np.arange(w)[None, :]  # (n, w)
@@ -104,14 +113,15 @@ def _blocked(h, J, beta, w: int, causal: bool, layout):
     hh = jnp.pad(hh, [(0, 0)] * len(lead) + [(0, Rp - R), (0, N - n)])
     jl = jb[: len(lead)]
     keep = [d != 1 for d in jl]
-    Jt = J.reshape(tuple(d for d in jl if d != 1) + (n, n))
+    Jt = _band(J, w)  # [..J, n, w]
+    Jt = Jt.reshape(tuple(d for d in jl if d != 1) + (n, w))
     letters = "abcdfghijmopqtuvwxz"[: len(lead)]
     ml = "".join(c for c, kp in zip(letters, keep) if kp)
     ein = lambda spec, *xs: jnp.einsum(spec.replace("A", letters).replace("M", ml), *xs)
 
     # couplings of step b: C[b, t, u] between new spin bk+t and spin bk-L+u (u < L: the window);
     # 0 for the padding spins bk+t ≥ n (whose rows of Jw are 0), so they are free spins
-    Jw = jnp.pad(_band(Jt, w), [(0, 0)] * (Jt.ndim - 2) + [(0, N - n), (0, 0)])  # [..J, N, w]
+    Jw = jnp.pad(Jt, [(0, 0)] * (Jt.ndim - 2) + [(0, N - n), (0, 0)])  # [..J, N, w]
     t = np.arange(k)[:, None]
     u = np.arange(L + k)[None, :]
     kk = u - t - L + w  # window slot of spin bk-L+u seen from spin bk+t
