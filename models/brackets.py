@@ -13,6 +13,7 @@ from typing import NamedTuple, Optional
 import jax
 import numpy as np
 
+from isingattn.errors import IsingInputError
 from isingattn.models.split import Split
 
 BRACKETS = "([{<"
@@ -25,20 +26,28 @@ class BracketData(NamedTuple):
     seq_len: int
 
 
-def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[int] = None, num_types: int = 2):
-    """``num`` random Dyck words of even length ``T`` (vectorized random walk).
+def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[int] = None, num_types: int = 2,
+                filler: float = 0.0):
+    """``num`` random Dyck words of length ``T`` (vectorized random walk).
 
     Each step opens (with probability 1/2 when both moves are legal) or closes; the
     walk never exceeds ``max_depth`` and always returns to depth 0 at ``T``.
+    With ``filler`` > 0 each step is first a filler token ``2 * num_types`` with that
+    probability (whenever the remaining steps can still close every open bracket), so
+    ``T`` may be odd; ``filler=0`` draws exactly the random numbers it always did.
     Returns tokens ``(num, T)`` int32.
     """
-    if T % 2 or T < 2:
-        raise ValueError(f"bracket strings need an even length ≥ 2; got T={T}.")
+    if not (isinstance(filler, (int, float, np.integer, np.floating)) and not isinstance(filler, (bool, np.bool_))
+            and 0.0 <= filler < 1.0):
+        raise IsingInputError(f"filler must be a probability in [0, 1) (the chance that a step is a filler token; "
+                              f"1 would leave no brackets); got {filler!r}.")
+    if T < 2 or (T % 2 and not filler):
+        raise IsingInputError(f"bracket strings need an even length ≥ 2 (any length ≥ 2 with filler > 0); got T={T}.")
     if not 1 <= num_types <= len(BRACKETS):
-        raise ValueError(f"num_types must be in 1..{len(BRACKETS)}; got {num_types}.")
+        raise IsingInputError(f"num_types must be in 1..{len(BRACKETS)}; got {num_types}.")
     D = T // 2 if max_depth is None else max_depth
     if D < 1:
-        raise ValueError(f"max_depth must be ≥ 1; got {max_depth}.")
+        raise IsingInputError(f"max_depth must be ≥ 1 or None (no limit); got {max_depth}.")
     tokens = np.zeros((num, T), np.int32)
     stack = np.zeros((num, T // 2 + 1), np.int32)  # open types, by depth
     depth = np.zeros(num, np.int32)
@@ -47,17 +56,23 @@ def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[
         remaining = T - t
         can_open = (depth + 1 <= D) & (depth + 1 <= remaining - 1)
         can_close = depth > 0
+        if filler:  # a filler is legal while the rest can still close every open bracket; forced when nothing else is
+            fill = (depth <= remaining - 1) & (~(can_open | can_close) | (rng.random(num) < filler))
+            can_open, can_close = can_open & ~fill, can_close & ~fill
+        else:
+            fill = np.zeros(num, bool)
         open_ = can_open & (~can_close | (rng.random(num) < 0.5))
         kind = rng.integers(0, num_types, num)
         top = stack[rows, np.maximum(depth - 1, 0)]
-        tokens[:, t] = np.where(open_, kind, num_types + top)
+        tokens[:, t] = np.where(fill, 2 * num_types, np.where(open_, kind, num_types + top))
         stack[rows, depth] = np.where(open_, kind, stack[rows, depth])
-        depth = depth + np.where(open_, 1, -1)
+        depth = depth + np.where(fill, 0, np.where(open_, 1, -1))
     return tokens
 
 
 def match_targets(tokens: np.ndarray, num_types: int) -> np.ndarray:
-    """Position of the matching opening bracket at each closing bracket, else -1.  (N, T) -> (N, T)."""
+    """Position of the matching opening bracket at each closing bracket, else -1 (openers
+    and filler tokens ``>= 2 * num_types``).  (N, T) -> (N, T)."""
     N, T = tokens.shape
     targets = np.full((N, T), -1, np.int32)
     for n in range(N):
@@ -65,22 +80,67 @@ def match_targets(tokens: np.ndarray, num_types: int) -> np.ndarray:
         for t, tok in enumerate(tokens[n]):
             if tok < num_types:
                 stack.append(t)
-            else:
+            elif tok < 2 * num_types:
                 targets[n, t] = stack.pop()
     return targets
 
 
+def shapes(tokens: np.ndarray, num_types: int) -> np.ndarray:
+    """The shape of each string: 0 open, 1 close, 2 filler, bracket kinds forgotten.  (N, T) -> (N, T) int8.
+
+    The targets are a function of the shape alone, so strings of one shape share them."""
+    tokens = np.asarray(tokens)
+    return np.where(tokens < num_types, 0, np.where(tokens < 2 * num_types, 1, 2)).astype(np.int8)
+
+
+SPLITS = ("string", "shape")
+
+
 def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, max_depth: Optional[int] = None,
-              num_types: int = 2, max_test_fraction: float = 0.2) -> BracketData:
+              num_types: int = 2, max_test_fraction: float = 0.2, *, filler: float = 0.0,
+              split: str = "string") -> BracketData:
     """Disjoint train and test sets of unique strings, seeded by a JAX key.
 
     When fewer unique strings exist than asked for (short T), the test set takes at
     most ``max_test_fraction`` of those found and training gets the rest.
+
+    ``filler`` (probability per step, see :func:`sample_dyck`) adds the token
+    ``2 * num_types`` (target -1), so the vocabulary is ``2 * num_types + 1``.
+    ``split="shape"`` holds out whole shapes (:func:`shapes`): no test string has the
+    open/close/filler pattern of a training string, so the test targets are patterns the
+    model never saw and cannot be recalled. Shapes go to the test set in a random order
+    until it holds ``n_test`` strings (or ``max_test_fraction`` of the pool); a shape cut
+    off by that cap is dropped from training too. The defaults draw what they always did.
     """
+    if split not in SPLITS:
+        raise IsingInputError(f"split must be one of {', '.join(map(repr, SPLITS))} (hold out strings, or whole "
+                              f"open/close/filler shapes); got {split!r}.")
+    for name, v in (("n_train", n_train), ("n_test", n_test)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise IsingInputError(f"{name} must be a positive integer (a number of strings); got {v!r}.")
+    if not (isinstance(max_test_fraction, (int, float)) and not isinstance(max_test_fraction, bool)
+            and 0.0 < max_test_fraction < 1.0):
+        raise IsingInputError(f"max_test_fraction must be in (0, 1); got {max_test_fraction!r}.")
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel())
-    pool = np.unique(sample_dyck(rng, 2 * (n_train + n_test), T, max_depth, num_types), axis=0)
+    pool = np.unique(sample_dyck(rng, 2 * (n_train + n_test), T, max_depth, num_types, filler), axis=0)
     pool = pool[rng.permutation(len(pool))]
     n_te = min(n_test, int(max_test_fraction * len(pool)))
-    test, train = pool[:n_te], pool[n_te : n_te + n_train]
+    if split == "string":
+        test, train = pool[:n_te], pool[n_te : n_te + n_train]
+    else:
+        _, shape_id = np.unique(shapes(pool, num_types), axis=0, return_inverse=True)
+        shape_id = shape_id.ravel()
+        order = rng.permutation(shape_id.max() + 1)  # shapes in a random order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        size = np.bincount(shape_id)[order]  # strings per shape, in that order
+        n_shapes = int(np.searchsorted(np.cumsum(size), n_te))  # shapes wholly before the cap ...
+        held = rank[shape_id] <= n_shapes  # ... plus the one the cap cuts
+        if n_te < 1 or held.all():
+            held = np.zeros(len(pool), bool)  # too few shapes to hold one out: caught below
+        by_rank = np.argsort(rank[shape_id], kind="stable")  # test strings grouped by shape, in shape order
+        test = pool[by_rank[held[by_rank]]][:n_te]
+        train = pool[~held][:n_train]
     mk = lambda x: Split(x, match_targets(x, num_types))
-    return BracketData(mk(train), mk(test), vocab_size=2 * num_types, seq_len=T)
+    vocab = 2 * num_types + (1 if filler else 0)
+    return BracketData(mk(train), mk(test), vocab_size=vocab, seq_len=T)
