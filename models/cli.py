@@ -195,12 +195,22 @@ def _compare(args) -> int:
     if args.reference_kw and args.reference == "tree":
         raise _error("--reference-kw: the tree reference takes no settings.")
     reference = args.reference
+    # compare reads a graph's band from the graph (a strip wider than Banded's default 8 still works)
+    banded_kw = lambda name, kw: kw if name != "banded" or "bandwidth=" in kw else ",".join(filter(None, [kw, "bandwidth=null"]))
     if args.reference not in ("exact", "tree"):
-        reference = _engine_from_args(args.reference, args.reference_kw, option="--reference")[0]
+        reference = _engine_from_args(args.reference, banded_kw(args.reference, args.reference_kw), option="--reference")[0]
     if args.out:
         _check_writable(args.out, "--out")
     model = _load_model(args)
-    engines = {name: _engine_from_args(name, "", option="--engines")[0] for name in args.engines}
+    engine_kw = {}
+    for item in args.engine_kw:
+        name, colon, kw = item.partition(":")
+        if not colon or name not in args.engines:
+            raise _error(f"--engine-kw {item}: expected ENGINE:key=value,... naming one of --engines "
+                         f"({', '.join(args.engines)}), e.g. sqa:num_reads=8.")
+        engine_kw[name] = ",".join(filter(None, [engine_kw.get(name, ""), kw]))
+    engines = {name: _engine_from_args(name, banded_kw(name, engine_kw.get(name, "")), option=f"--engine-kw {name}")[0]
+               for name in args.engines}
     if model.is_sparse:  # engines without an edge-list path would densify J: refuse them before any work
         from isingattn.inference import get
         from isingattn.model import DENSE_LIMIT_BYTES
@@ -371,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "TreeDecompositionSampler: exact for low treewidth, e.g. strips), or an engine (e.g. banded for "
                         "strips, or a long gibbs run with --reference-kw; its MCSE is printed)")
     c.add_argument("--reference-kw", default="", help="settings of the reference engine, e.g. num_samples=20000,num_chains=16; without it its defaults")
+    c.add_argument("--engine-kw", action="append", default=[], metavar="ENGINE:KEY=VALUE,...",
+                   help="settings of one compared engine, e.g. sqa:num_reads=8,num_sweeps=200 (repeatable); "
+                        "without it its defaults")
     c.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of the generated graph and the samplers")
     c.add_argument("--out", default=None, help="folder for compare.md and compare.png; without it, print only")
     c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")

@@ -128,3 +128,19 @@ def test_tree_reference_is_exact_on_a_strip():
     np.testing.assert_allclose(np.asarray(rows.reference.mean), ref, atol=1e-9)
     assert rows.reference_name == "tree"
     np.testing.assert_allclose(rows[0]["max_err"], np.abs(rows[0]["mean"] - ref).max(), atol=1e-9)
+
+
+def test_cli_compare_banded_reads_the_strip_and_engine_kw(capsys):
+    """On a 30 x 10 strip (bandwidth 10, above Banded's default 8) compare builds Banded with
+    the graph's bandwidth: it equals dwave-samplers' TreeDecompositionSampler. --engine-kw
+    sets one engine's settings (repeatable), and a malformed, unknown or invalid one is
+    refused with a message naming the option."""
+    args = ["compare", "--graph", "lattice:30x10", "--couplings", "gaussian", "--j-scale", "0.5", "--h-scale", "0.3",
+            "--beta", "0.7", "--reference", "tree", "--engines", "banded,gibbs", "--plain"]
+    assert main(args + ["--engine-kw", "gibbs:num_samples=40,num_chains=2", "--engine-kw", "gibbs:num_warmup=10"]) == 0
+    out = capsys.readouterr().out
+    assert "n=300" in out
+    assert float(out.split("banded")[-1].split()[0]) < 1e-5
+    for bad in ("gibbs", "sqa:num_reads=2", "gibbs:num_chains=0"):
+        with pytest.raises(IsingInputError, match="--engine-kw"):
+            main(args + ["--engine-kw", bad])
