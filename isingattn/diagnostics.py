@@ -290,12 +290,13 @@ def packed_spin_diagnostics(words, num_draws: int, known=None, *, dtype, direct_
     a masked series is all zero bits), ``known [F]`` bool or None. Returns R-hat, ESS,
     MCSE ``[F]`` of ``dtype`` and constancy ``[F]`` bool.
 
-    The series are independent, so they are taken ``max(SERIES_MIN, SERIES_WORDS // C)``
-    at a time (``lax.map``): the lag counts' ``[32, C, chunk]`` temporaries stay a fixed
-    size however many spins there are (a million-spin lattice), and each chunk's lag loop
-    stops when its own series have ended."""
+    The series are independent, so they are taken a chunk at a time (``lax.map``): the lag
+    counts' ``[32, C, chunk]`` temporaries and the FFT fallback's ``[C, 2N, chunk]`` stay a
+    fixed size (``SERIES_WORDS``, ``FFT_ELEMENTS``) however many spins there are (a
+    million-spin lattice, or 4000 draws of 65,536 spins: 4 GiB for the fallback unchunked),
+    and each chunk's lag loop stops when its own series have ended."""
     Nw, C, F = words.shape
-    chunk = max(SERIES_MIN, SERIES_WORDS // C)
+    chunk = max(1, min(SERIES_WORDS // C, FFT_ELEMENTS // (C * 2 * num_draws)))
     run = lambda W: _packed_stats(W, num_draws, dtype, direct_lags)
     if F <= chunk:
         rhat, ess, err, const = run(words)
@@ -311,7 +312,7 @@ def packed_spin_diagnostics(words, num_draws: int, known=None, *, dtype, direct_
 
 
 SERIES_WORDS = 2**16  # chains × series per chunk of packed_spin_diagnostics (fastest on CPU)
-SERIES_MIN = 2**12  # series per chunk at least (many chains)
+FFT_ELEMENTS = 2**23  # chains × 2 draws × series per chunk: the FFT fallback's complex [C, 2N, chunk]
 
 
 def _packed_stats(W, N: int, dt, direct_lags: int):
