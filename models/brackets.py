@@ -27,16 +27,20 @@ class BracketData(NamedTuple):
 
 
 def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[int] = None, num_types: int = 2,
-                filler: float = 0.0):
+                filler: float = 0.0, interleaved: bool = False):
     """``num`` random Dyck words of length ``T`` (vectorized random walk).
 
     Each step opens (with probability 1/2 when both moves are legal) or closes; the
-    walk never exceeds ``max_depth`` and always returns to depth 0 at ``T``.
+    walk never exceeds ``max_depth`` open brackets and always returns to depth 0 at ``T``.
     With ``filler`` > 0 each step is first a filler token ``2 * num_types`` with that
     probability (whenever the remaining steps can still close every open bracket), so
-    ``T`` may be odd; ``filler=0`` draws exactly the random numbers it always did.
-    Returns tokens ``(num, T)`` int32.
+    ``T`` may be odd. With ``interleaved`` every kind is its own Dyck word, shuffled
+    with the others ("([)]" is legal): a close picks uniformly among the kinds with an
+    open bracket, and closes that kind's latest one. The defaults draw exactly the
+    random numbers they always did. Returns tokens ``(num, T)`` int32.
     """
+    if not isinstance(interleaved, (bool, np.bool_)):
+        raise IsingInputError(f"interleaved must be True or False; got {interleaved!r}.")
     if not (isinstance(filler, (int, float, np.integer, np.floating)) and not isinstance(filler, (bool, np.bool_))
             and 0.0 <= filler < 1.0):
         raise IsingInputError(f"filler must be a probability in [0, 1) (the chance that a step is a filler token; "
@@ -51,6 +55,7 @@ def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[
     tokens = np.zeros((num, T), np.int32)
     stack = np.zeros((num, T // 2 + 1), np.int32)  # open types, by depth
     depth = np.zeros(num, np.int32)
+    count = np.zeros((num, num_types), np.int32)  # open brackets of each kind (interleaved)
     rows = np.arange(num)
     for t in range(T):
         remaining = T - t
@@ -63,34 +68,52 @@ def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[
             fill = np.zeros(num, bool)
         open_ = can_open & (~can_close | (rng.random(num) < 0.5))
         kind = rng.integers(0, num_types, num)
-        top = stack[rows, np.maximum(depth - 1, 0)]
+        if interleaved:  # close a kind that has an open bracket, chosen uniformly
+            top = (rng.random((num, num_types)) * (count > 0)).argmax(1)
+            close = ~fill & ~open_
+            count[rows, kind] += open_
+            count[rows, top] -= close
+        else:
+            top = stack[rows, np.maximum(depth - 1, 0)]
         tokens[:, t] = np.where(fill, 2 * num_types, np.where(open_, kind, num_types + top))
         stack[rows, depth] = np.where(open_, kind, stack[rows, depth])
         depth = depth + np.where(fill, 0, np.where(open_, 1, -1))
     return tokens
 
 
-def match_targets(tokens: np.ndarray, num_types: int) -> np.ndarray:
+def match_targets(tokens: np.ndarray, num_types: int, interleaved: bool = False) -> np.ndarray:
     """Position of the matching opening bracket at each closing bracket, else -1 (openers
-    and filler tokens ``>= 2 * num_types``).  (N, T) -> (N, T)."""
+    and filler tokens ``>= 2 * num_types``).  (N, T) -> (N, T).
+
+    ``interleaved``: a close matches the latest open bracket of its own kind (one stack per kind)."""
     N, T = tokens.shape
     targets = np.full((N, T), -1, np.int32)
     for n in range(N):
-        stack = []
+        stacks = [[] for _ in range(num_types)] if interleaved else [[]] * num_types  # one shared stack if nested
         for t, tok in enumerate(tokens[n]):
             if tok < num_types:
-                stack.append(t)
+                stacks[tok].append(t)
             elif tok < 2 * num_types:
-                targets[n, t] = stack.pop()
+                targets[n, t] = stacks[tok - num_types].pop()
     return targets
 
 
-def shapes(tokens: np.ndarray, num_types: int) -> np.ndarray:
-    """The shape of each string: 0 open, 1 close, 2 filler, bracket kinds forgotten.  (N, T) -> (N, T) int8.
+def shapes(tokens: np.ndarray, num_types: int, interleaved: bool = False) -> np.ndarray:
+    """The shape of each string: what its targets are a function of.  (N, T) -> (N, T) int8.
 
-    The targets are a function of the shape alone, so strings of one shape share them."""
+    Nested words: 0 open, 1 close, 2 filler (the kinds do not move a match). Interleaved
+    words: the kinds matter, but not their names, so they are renamed in the order they
+    first appear (tokens ``0..k-1`` open, ``k..2k-1`` close, ``2k`` filler)."""
     tokens = np.asarray(tokens)
-    return np.where(tokens < num_types, 0, np.where(tokens < 2 * num_types, 1, 2)).astype(np.int8)
+    k = num_types
+    if not interleaved:
+        return np.where(tokens < k, 0, np.where(tokens < 2 * k, 1, 2)).astype(np.int8)
+    N, T = tokens.shape
+    kind = np.where(tokens < 2 * k, tokens % k, k)  # (N, T); k marks a filler
+    first = np.stack([np.where((kind == a).any(1), (kind == a).argmax(1), T) for a in range(k)], 1)  # (N, k)
+    name = np.argsort(np.argsort(first, 1, kind="stable"), 1, kind="stable")  # kind -> its rank of first appearance
+    renamed = np.take_along_axis(np.concatenate([name, np.full((N, 1), k)], 1), kind, 1)  # (N, T)
+    return np.where(kind == k, 2 * k, np.where(tokens < k, renamed, k + renamed)).astype(np.int8)
 
 
 SPLITS = ("string", "shape")
@@ -98,7 +121,7 @@ SPLITS = ("string", "shape")
 
 def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, max_depth: Optional[int] = None,
               num_types: int = 2, max_test_fraction: float = 0.2, *, filler: float = 0.0,
-              split: str = "string") -> BracketData:
+              split: str = "string", interleaved: bool = False) -> BracketData:
     """Disjoint train and test sets of unique strings, seeded by a JAX key.
 
     When fewer unique strings exist than asked for (short T), the test set takes at
@@ -106,9 +129,11 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
 
     ``filler`` (probability per step, see :func:`sample_dyck`) adds the token
     ``2 * num_types`` (target -1), so the vocabulary is ``2 * num_types + 1``.
+    ``interleaved`` draws words whose kinds are matched independently (:func:`sample_dyck`).
     ``split="shape"`` holds out whole shapes (:func:`shapes`): no test string has the
-    open/close/filler pattern of a training string, so the test targets are patterns the
-    model never saw and cannot be recalled. Shapes go to the test set in a random order
+    shape of a training string (the open/close/filler pattern; interleaved, with its
+    kinds up to renaming), so the test targets are patterns the model never saw and
+    cannot be recalled. Shapes go to the test set in a random order
     until it holds ``n_test`` strings (or ``max_test_fraction`` of the pool); a shape cut
     off by that cap is dropped from training too. The defaults draw what they always did.
     """
@@ -122,13 +147,13 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
             and 0.0 < max_test_fraction < 1.0):
         raise IsingInputError(f"max_test_fraction must be in (0, 1); got {max_test_fraction!r}.")
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel())
-    pool = np.unique(sample_dyck(rng, 2 * (n_train + n_test), T, max_depth, num_types, filler), axis=0)
+    pool = np.unique(sample_dyck(rng, 2 * (n_train + n_test), T, max_depth, num_types, filler, interleaved), axis=0)
     pool = pool[rng.permutation(len(pool))]
     n_te = min(n_test, int(max_test_fraction * len(pool)))
     if split == "string":
         test, train = pool[:n_te], pool[n_te : n_te + n_train]
     else:
-        _, shape_id = np.unique(shapes(pool, num_types), axis=0, return_inverse=True)
+        _, shape_id = np.unique(shapes(pool, num_types, interleaved), axis=0, return_inverse=True)
         shape_id = shape_id.ravel()
         order = rng.permutation(shape_id.max() + 1)  # shapes in a random order
         rank = np.empty_like(order)
@@ -141,6 +166,6 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
         by_rank = np.argsort(rank[shape_id], kind="stable")  # test strings grouped by shape, in shape order
         test = pool[by_rank[held[by_rank]]][:n_te]
         train = pool[~held][:n_train]
-    mk = lambda x: Split(x, match_targets(x, num_types))
+    mk = lambda x: Split(x, match_targets(x, num_types, interleaved))
     vocab = 2 * num_types + (1 if filler else 0)
     return BracketData(mk(train), mk(test), vocab_size=vocab, seq_len=T)

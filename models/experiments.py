@@ -31,7 +31,15 @@ from isingattn.models.transformer import Config
 from isingattn.runlock import FolderLock
 
 VARIANTS = ("softmax", "hJ", "h", "J")
-METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0)}
+METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0),
+          "brackets-hard": ("test_acc", "test accuracy (%)", 100.0)}
+BRACKET_TASKS = ("brackets", "brackets-hard")
+# What a Cell leaves at None, per task. brackets-hard (issue 13): each kind is its own Dyck word, shuffled with the
+# others, so the closer's kind selects which tokens matter (a query-independent average cannot); filler tokens;
+# test shapes never seen in training; 1000 training strings, so that softmax is not at its ceiling at T=16.
+# The measurements behind these values: /work/sections/brackets_hard.md (DESIGN.md).
+TASK_DEFAULTS = {"shakespeare": {"n_train": 20000}, "brackets": {"n_train": 20000},
+                 "brackets-hard": {"n_train": 1000, "filler": 0.25, "split": "shape", "interleaved": True}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +62,21 @@ class Cell:
     eval_every: int = 250
     types: int = 3  # bracket kinds
     depth: Optional[int] = None  # bracket nesting (default T/2)
-    n_train: int = 20000
+    n_train: Optional[int] = None  # training strings (None: the task's, TASK_DEFAULTS: 20000, or 1000 for brackets-hard)
     n_test: int = 2000
     J_param: str = "full"  # J parametrization: full, toeplitz or banded (Config.J_param)
     J_band: Optional[int] = None  # its bandwidth (Config.J_band)
     weight_decay_on: str = "matrices"  # TrainConfig.weight_decay_on: matrices, matrices+J or all
+    # brackets-hard only (None: the task's, TASK_DEFAULTS; the brackets task has none of them):
+    filler: Optional[float] = None  # chance that a step is a filler token (brackets.sample_dyck)
+    split: Optional[str] = None  # "shape": test shapes unseen in training; "string": test strings unseen
+    interleaved: Optional[bool] = None  # each kind its own Dyck word (brackets.sample_dyck)
 
     def __post_init__(self):
+        if self.task in TASK_DEFAULTS:  # the task's own values for what was left at None (frozen: set them directly)
+            for name, value in TASK_DEFAULTS[self.task].items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
         if self.weight_decay_on not in ("matrices", "matrices+J", "all"):
             raise IsingInputError(f"weight_decay_on must be matrices, matrices+J or all; got {self.weight_decay_on!r}.")
         if self.task not in METRIC:
@@ -75,13 +91,28 @@ class Cell:
         for name in ("depth", "J_band"):
             if getattr(self, name) is not None:
                 V.positive_int(name, getattr(self, name), owner="Cell")
-        low = 2 if self.task == "brackets" else 1
+        self._check_hard()
+        low = 2 if self.task in BRACKET_TASKS else 1
+        even = self.task in BRACKET_TASKS and not self.filler  # filler tokens can pad a string to any length
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < low or (
-                self.task == "brackets" and self.seq_len % 2):
-            need = "an even integer >= 2 (a bracket string has as many closers as openers)" \
-                if self.task == "brackets" else "an integer >= 1"
+                even and self.seq_len % 2):
+            need = "an even integer >= 2 (a bracket string has as many closers as openers)" if even \
+                else "an integer >= 2" if low == 2 else "an integer >= 1"
             raise IsingInputError(f"seq_len must be {need} for {self.task}; got {self.seq_len!r}.")
         V.positive_float("lr", self.lr, owner="Cell")
+
+    def _check_hard(self):
+        """filler, split and interleaved: brackets-hard's settings, meaningless elsewhere."""
+        names = ("filler", "split", "interleaved")
+        if self.task != "brackets-hard":
+            given = [f"{n}={getattr(self, n)!r}" for n in names if getattr(self, n) is not None]
+            if given:
+                raise IsingInputError(f"{', '.join(given)} apply to task 'brackets-hard' only; task {self.task!r} "
+                                      "keeps its own data. Use Cell(..., task='brackets-hard', ...) or leave them None.")
+            return
+        V.float_in("filler", self.filler, 0.0, 1.0, hi_open=True, owner="Cell")
+        V.choice("split", self.split, brackets.SPLITS, owner="Cell")
+        V.boolean("interleaved", self.interleaved, owner="Cell")
 
     @property
     def name(self) -> str:
@@ -104,7 +135,7 @@ class Cell:
 
 GRID_DECAY = "all"
 # Cell fields added after cells were committed, with the value those cells were run with.
-LEGACY_CELL = {"weight_decay_on": "all"}
+LEGACY_CELL = {"weight_decay_on": "all", "filler": None, "split": None, "interleaved": None}
 
 
 def grid(quick: bool = False) -> list[Cell]:
@@ -159,18 +190,21 @@ def _data(cell: Cell, data_path: Optional[str]):
         return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars,
                                                        "corpus_sha256": shakespeare.SHA256}
 
+    hard = {} if cell.task == "brackets" else {"filler": cell.filler, "split": cell.split,
+                                                "interleaved": cell.interleaved}
+
     def data_for_seed(seed):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
-        d = brackets.make_data(key, cell.seq_len, cell.n_train, cell.n_test, cell.depth, cell.types)
+        d = brackets.make_data(key, cell.seq_len, cell.n_train, cell.n_test, cell.depth, cell.types, **hard)
         if len(d.test.tokens) == 0 or len(d.train.tokens) == 0:
             raise IsingInputError(f"brackets at seq_len={cell.seq_len}, depth={cell.depth}, types={cell.types} gave "
                                   f"{len(d.train.tokens)} training and {len(d.test.tokens)} test strings; there are "
                                   "too few distinct strings to hold out a test set. Use a longer seq_len.")
         return d.train, d.test
 
-    return 2 * cell.types, data_for_seed, {"task": "brackets", "chars": brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types],
-                                           "n_train": cell.n_train, "n_test": cell.n_test, "depth": cell.depth,
-                                           "types": cell.types}
+    chars = brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types] + ("." if hard.get("filler") else "")
+    return len(chars), data_for_seed, {"task": cell.task, "chars": chars, "n_train": cell.n_train, "n_test": cell.n_test,
+                                       "depth": cell.depth, "types": cell.types, **hard}
 
 
 # What a cell's folder holds besides commands.txt (kept as the folder's history); --restart removes these.
