@@ -52,8 +52,10 @@ Modes:
   moved are no evidence of convergence, so such a model is not ``converged``, and a
   constant energy there gives R-hat NaN rather than 1.
 
-Where it becomes slow: cost is ``num_reads · P · n² · num_sweeps`` per model (dense
-couplings; sparsity is not exploited), plus ``num_reads · n² · thermal_sweeps``.
+Where it becomes slow: cost is ``num_reads · P · n² · num_sweeps`` per model for dense
+couplings (``n²`` becomes ``E`` on a sparse graph: colour-class sweeps on the edge list),
+plus ``num_reads · n² · thermal_sweeps``. Thermal mode returns one sample per read (its
+state after the tail), so its Monte Carlo error falls as ``1/sqrt(num_reads)``.
 Measured against openjij's C++ SQASampler (one thread) in benchmarks/sqa_groundstate.py
 (see benchmarks/README.md); compilation takes a few seconds per shape and configuration.
 """
