@@ -134,8 +134,10 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
     shape of a training string (the open/close/filler pattern; interleaved, with its
     kinds up to renaming), so the test targets are patterns the model never saw and
     cannot be recalled. Shapes go to the test set in a random order
-    until it holds ``n_test`` strings (or ``max_test_fraction`` of the pool); a shape cut
-    off by that cap is dropped from training too. The defaults draw what they always did.
+    until it holds ``n_test`` strings (capped at ``max_test_fraction`` of the pool only when
+    fewer than ``n_train + n_test`` distinct strings were found; the string split caps
+    always, as it always did); a shape cut off by the cap is dropped from training too.
+    The defaults draw what they always did.
     """
     if split not in SPLITS:
         raise IsingInputError(f"split must be one of {', '.join(map(repr, SPLITS))} (hold out strings, or whole "
@@ -150,6 +152,8 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
     pool = np.unique(sample_dyck(rng, 2 * (n_train + n_test), T, max_depth, num_types, filler, interleaved), axis=0)
     pool = pool[rng.permutation(len(pool))]
     n_te = min(n_test, int(max_test_fraction * len(pool)))
+    if split == "shape" and len(pool) >= n_train + n_test:  # the cap is for a short pool only (see above)
+        n_te = n_test
     if split == "string":
         test, train = pool[:n_te], pool[n_te : n_te + n_train]
     else:

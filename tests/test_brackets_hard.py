@@ -101,6 +101,14 @@ def test_split_by_string_shares_shapes_and_shape_split_fills_the_test_set():
     assert len(shared) > 100
     by_shape = brackets.make_data(jax.random.PRNGKey(0), **kw, split="shape")
     assert len(by_shape.test.tokens) == 500 and len(by_shape.train.tokens) == 5000
+    # a test set larger than the training set is filled (brackets-hard: 1000 / 2000); the string split caps it
+    # at 20% of the pool, as it always did
+    small = dict(kw, n_train=200, n_test=400)
+    assert len(brackets.make_data(jax.random.PRNGKey(0), **small, split="shape").test.tokens) == 400
+    assert len(brackets.make_data(jax.random.PRNGKey(0), **small).test.tokens) == int(0.2 * 2 * 600)
+    # a short pool (T=6, one kind: 5 words, 5 shapes) keeps the cap: one shape held out, the rest trained on
+    short = brackets.make_data(jax.random.PRNGKey(0), 6, 10, 10, None, 1, split="shape")
+    assert len(short.test.tokens) == 1 and len(short.train.tokens) == 4
 
 
 def test_interleaved_words_cross_and_nested_words_do_not():
