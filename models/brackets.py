@@ -4,6 +4,11 @@ Strings are random balanced bracket words (Dyck words) over ``num_types`` bracke
 kinds with nesting depth at most ``max_depth``. Tokens ``0..k-1`` open and
 ``k..2k-1`` close. The target at a closing bracket is the position of its match;
 opening brackets get target ``-1`` (ignored). Accuracy counts closing brackets.
+
+The ``brackets-hard`` task (``models/experiments.py``) adds three options: filler
+tokens ``2k`` (target ``-1``), interleaved kinds (each kind its own Dyck word, so the
+closer's kind decides which earlier tokens matter), and a test set of shapes never
+seen in training (``split="shape"``). The defaults give the strings they always did.
 """
 
 from __future__ import annotations
