@@ -1,4 +1,5 @@
-"""A one-layer, decoder-only Transformer with Boltzmann attention, in the nanoGPT spirit."""
+"""A decoder-only Transformer with Boltzmann attention, in the nanoGPT spirit: ``n_layers``
+pre-LN blocks (attention, then an optional FFN), one layer by default."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Config:
     n_out: int  # output classes per position (vocab for LM, positions for bracket matching)
     d_model: int = 64
     n_heads: int = 1
+    n_layers: int = 1  # blocks of (attention, FFN); each layer has its own J
     ffn: bool = True
     ffn_mult: int = 4
     variant: str = "hJ"
@@ -37,7 +39,7 @@ class Config:
     beta: float = 1.0
 
     def __post_init__(self):
-        for name in ("vocab_size", "seq_len", "n_out", "d_model", "n_heads", "ffn_mult"):
+        for name in ("vocab_size", "seq_len", "n_out", "d_model", "n_heads", "n_layers", "ffn_mult"):
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1):
                 raise IsingInputError(f"{name} must be a positive integer; got {v!r}.")
@@ -160,31 +162,69 @@ class MLP(eqx.Module):
         return jax.nn.gelu(x @ self.w1) @ self.w2
 
 
-class Transformer(eqx.Module):
-    """tokens (B, T) -> logits (B, T, n_out). One pre-LN block; the FFN is optional."""
+class Block(eqx.Module):
+    """One pre-LN layer: ``x + attn(ln1(x))``, then ``+ mlp(ln2(x))`` when the FFN is on."""
 
-    tok_emb: jax.Array  # (V, d)
-    pos_emb: jax.Array  # (T_max, d)
     ln1: LayerNorm
     attn: Attention
     ln2: LayerNorm | None
     mlp: MLP | None
+
+    def __init__(self, config: Config, attn_key, mlp_key):
+        d = config.d_model
+        self.ln1 = LayerNorm(d)
+        self.attn = Attention(config, attn_key)
+        self.ln2 = LayerNorm(d) if config.ffn else None
+        self.mlp = MLP(d, config.ffn_mult, mlp_key) if config.ffn else None
+
+    def __call__(self, x, key=None):  # (B, T, d) -> (B, T, d), attention weights (B, H, T, T)
+        a, weights = self.attn(self.ln1(x), key=key)
+        x = x + a
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln2(x))
+        return x, weights
+
+
+class Transformer(eqx.Module):
+    """tokens (B, T) -> logits (B, T, n_out). ``config.n_layers`` pre-LN blocks; the FFN is optional.
+
+    The first layer's modules are also reachable as ``model.attn``, ``model.ln1``,
+    ``model.ln2`` and ``model.mlp`` (the one-layer model's names; ``eqx.tree_at`` works
+    through them)."""
+
+    tok_emb: jax.Array  # (V, d)
+    pos_emb: jax.Array  # (T_max, d)
+    blocks: tuple[Block, ...]  # n_layers of them
     ln_f: LayerNorm
     head: jax.Array  # (d, n_out)
     config: Config = eqx.field(static=True)
 
     def __init__(self, config: Config, *, key):
+        # Layer 0 takes the keys the one-layer model always used (ks[2], ks[3]), so that a seed
+        # initializes it as before and one-layer checkpoints keep their meaning; layer l >= 1
+        # draws from fold_in(key, l), independent of split(key, 5).
         ks = jax.random.split(key, 5)
         d = config.d_model
+        layer_keys = [(ks[2], ks[3])] + [tuple(jax.random.split(jax.random.fold_in(key, l)))
+                                         for l in range(1, config.n_layers)]
         self.tok_emb = jax.random.normal(ks[0], (config.vocab_size, d)) * 0.02
         self.pos_emb = jax.random.normal(ks[1], (config.seq_len, d)) * 0.02
-        self.ln1 = LayerNorm(d)
-        self.attn = Attention(config, ks[2])
-        self.ln2 = LayerNorm(d) if config.ffn else None
-        self.mlp = MLP(d, config.ffn_mult, ks[3]) if config.ffn else None
+        self.blocks = tuple(Block(config, ka, km) for ka, km in layer_keys)
         self.ln_f = LayerNorm(d)
         self.head = _dense(ks[4], d, config.n_out)
         self.config = config
+
+    # the first layer under the one-layer model's names
+    attn = property(lambda self: self.blocks[0].attn, doc="The first layer's attention.")
+    ln1 = property(lambda self: self.blocks[0].ln1, doc="The first layer's pre-attention LayerNorm.")
+    ln2 = property(lambda self: self.blocks[0].ln2, doc="The first layer's pre-FFN LayerNorm (None without FFN).")
+    mlp = property(lambda self: self.blocks[0].mlp, doc="The first layer's FFN (None without FFN).")
+
+    def _check_layer(self, layer):
+        L = self.config.n_layers
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < L:
+            raise IsingInputError(f"layer must be an integer in 0..{L - 1} (the model has {L} layer(s)); "
+                                  f"got {layer!r}.")
 
     def embed(self, tokens):  # (B, T) -> (B, T, d)
         T = tokens.shape[-1]
@@ -192,15 +232,30 @@ class Transformer(eqx.Module):
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.config.seq_len}.")
         return self.tok_emb[tokens] + self.pos_emb[:T]
 
-    def attention_fields(self, tokens):
-        """The Ising fields every head's queries see, ``(B, H, T, T)``: the forward pass up to attention."""
-        return self.attn.fields(self.ln1(self.embed(tokens)))
+    def _layer_keys(self, key):
+        """Layer 0 gets ``key`` itself (as the one-layer model did), layer l ``fold_in(key, l)``."""
+        if key is None:
+            return [None] * self.config.n_layers
+        return [key] + [jax.random.fold_in(key, l) for l in range(1, self.config.n_layers)]
+
+    def attention_fields(self, tokens, layer: int = 0, *, key=None):
+        """The Ising fields the queries of ``layer``'s heads see, ``(B, H, T, T)``: the forward
+        pass up to that layer's attention (``key`` feeds the sampling engines of the layers below)."""
+        self._check_layer(layer)
+        x, keys = self.embed(tokens), self._layer_keys(key)  # (B, T, d)
+        for l in range(layer):
+            x, _ = self.blocks[l](x, key=keys[l])
+        block = self.blocks[layer]
+        return block.attn.fields(block.ln1(x))
 
     def __call__(self, tokens, *, key=None, return_weights=False):
+        """Logits ``(B, T, n_out)``; with ``return_weights`` also every layer's attention weights,
+        ``(B, n_layers * H, T, T)``: the heads of layer l are ``[:, l*H : (l+1)*H]`` (one layer:
+        ``(B, H, T, T)``, as before), ``.reshape(B, n_layers, H, T, T)`` separates them."""
         x = self.embed(tokens)  # (B, T, d)
-        a, weights = self.attn(self.ln1(x), key=key)
-        x = x + a
-        if self.mlp is not None:
-            x = x + self.mlp(self.ln2(x))
+        weights = []
+        for block, k in zip(self.blocks, self._layer_keys(key)):
+            x, w = block(x, key=k)  # (B, T, d), (B, H, T, T)
+            weights.append(w)
         logits = self.ln_f(x) @ self.head  # (B, T, n_out)
-        return (logits, weights) if return_weights else logits
+        return (logits, jnp.concatenate(weights, axis=1)) if return_weights else logits
