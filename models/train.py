@@ -66,7 +66,10 @@ DECAY_ON = ("matrices", "matrices+J", "all")
 
 
 def decay_mask(params, weight_decay_on: str):
-    """The pytree of booleans AdamW's ``mask`` takes: which arrays of ``params`` are decayed."""
+    """The pytree of booleans AdamW's ``mask`` takes: which arrays of ``params`` are decayed.
+
+    J is found by its leaf name (``J_raw``) anywhere in the path, so the rule holds in every
+    layer (``.blocks[l].attn.J_raw``) and for any module layout."""
     def leaf(path, x):
         if weight_decay_on == "all":
             return True
@@ -154,6 +157,8 @@ def saved_spec(meta: dict) -> dict:
                 "data": {k: v for k, v in meta.items() if k not in reserved}}
     if isinstance(spec.get("train"), dict) and "weight_decay_on" not in spec["train"]:
         spec = {**spec, "train": {**spec["train"], "weight_decay_on": "all"}}  # saved before the option existed
+    if isinstance(spec.get("model"), dict) and "n_layers" not in spec["model"]:
+        spec = {**spec, "model": {**spec["model"], "n_layers": 1}}  # saved before Config.n_layers: one layer
     return spec
 
 

@@ -13,8 +13,9 @@ from isingattn.models.train import TrainConfig, _optimizer
 from isingattn.models.transformer import Config, Transformer
 
 
-def _params():
-    m = Transformer(Config(vocab_size=4, seq_len=6, n_out=6, d_model=8, variant="hJ"), key=jax.random.PRNGKey(0))
+def _params(n_layers=1):
+    m = Transformer(Config(vocab_size=4, seq_len=6, n_out=6, d_model=8, variant="hJ", n_layers=n_layers),
+                    key=jax.random.PRNGKey(0))
     m = jax.tree_util.tree_map(lambda x: x + 0.5 if eqx.is_array(x) else x, m)  # every leaf nonzero (J_raw, biases)
     return eqx.filter(m, eqx.is_array)
 
@@ -23,13 +24,26 @@ def _named(tree):
     return {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
-@pytest.mark.parametrize("mode,decayed", [
-    ("matrices", {".tok_emb", ".pos_emb", ".attn.w_qkv", ".attn.w_out", ".mlp.w1", ".mlp.w2", ".head"}),
-    ("matrices+J", {".tok_emb", ".pos_emb", ".attn.w_qkv", ".attn.w_out", ".mlp.w1", ".mlp.w2", ".head", ".attn.J_raw"}),
-    ("all", None)])
-def test_zero_gradient_step_decays_exactly_the_chosen_arrays(mode, decayed):
+def _layer(l, *names):
+    return {f".blocks[{l}].{n}" for n in names}
+
+
+EMB = {".tok_emb", ".pos_emb", ".head"}
+MATS = ("attn.w_qkv", "attn.w_out", "mlp.w1", "mlp.w2")
+
+
+@pytest.mark.parametrize("mode,n_layers,decayed", [
+    ("matrices", 1, EMB | _layer(0, *MATS)),
+    ("matrices+J", 1, EMB | _layer(0, *MATS, "attn.J_raw")),
+    ("all", 1, None),
+    ("matrices", 2, EMB | _layer(0, *MATS) | _layer(1, *MATS)),
+    ("matrices+J", 2, EMB | _layer(0, *MATS, "attn.J_raw") | _layer(1, *MATS, "attn.J_raw")),
+    ("all", 2, None)])
+def test_zero_gradient_step_decays_exactly_the_chosen_arrays(mode, n_layers, decayed):
     tc = TrainConfig(steps=10, warmup=0, lr=0.1, weight_decay=0.5, weight_decay_on=mode)
-    p = _params()
+    p = _params(n_layers)
+    if decayed is not None:  # every array is named above or is a gain/bias that must stay put
+        assert decayed < set(_named(p)), sorted(decayed - set(_named(p)))
     opt = _optimizer(tc)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, p)
     updates, _ = opt.update(zeros, opt.init(p), p)
