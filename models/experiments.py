@@ -59,6 +59,7 @@ class Cell:
     lr: float = 3e-3
     d_model: int = 64
     heads: int = 1
+    layers: int = 1  # Transformer blocks (Config.n_layers)
     eval_every: int = 250
     types: int = 3  # bracket kinds
     depth: Optional[int] = None  # bracket nesting (default T/2)
@@ -86,7 +87,8 @@ class Cell:
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise IsingInputError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}.")
-        for name in ("seeds", "steps", "batch_size", "d_model", "heads", "eval_every", "types", "n_train", "n_test"):
+        for name in ("seeds", "steps", "batch_size", "d_model", "heads", "layers", "eval_every", "types", "n_train",
+                     "n_test"):
             V.positive_int(name, getattr(self, name), owner="Cell")
         for name in ("depth", "J_band"):
             if getattr(self, name) is not None:
@@ -124,7 +126,7 @@ class Cell:
     def config(self, variant: str, vocab_size: int) -> Config:
         n_out = vocab_size if self.task == "shakespeare" else self.seq_len
         return Config(vocab_size=vocab_size, seq_len=self.seq_len, n_out=n_out, d_model=self.d_model,
-                      n_heads=self.heads, ffn=self.ffn, variant=variant,
+                      n_heads=self.heads, n_layers=self.layers, ffn=self.ffn, variant=variant,
                       engine=get(self.engine, **dict(self.engine_kw)), J_param=self.J_param, J_band=self.J_band)
 
     def train_config(self) -> TrainConfig:
@@ -135,7 +137,7 @@ class Cell:
 
 GRID_DECAY = "all"
 # Cell fields added after cells were committed, with the value those cells were run with.
-LEGACY_CELL = {"weight_decay_on": "all", "filler": None, "split": None, "interleaved": None}
+LEGACY_CELL = {"weight_decay_on": "all", "filler": None, "split": None, "interleaved": None, "layers": 1}
 
 
 def grid(quick: bool = False) -> list[Cell]:
