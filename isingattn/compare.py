@@ -97,7 +97,8 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     rows = []
     for i, ((name, engine), k) in enumerate(zip(items, keys[:-1])):
         say(f"[{i + 1}/{len(items)}] {name} ...")
-        fn = jax.jit(lambda m, kk, e=engine: e.marginals(m, key=kk))
+        # settings read from the concrete model (a bandwidth, a colouring) before tracing
+        fn = jax.jit(lambda m, kk, e=engine.prepared(model): e.marginals(m, key=kk))
         t0 = time.perf_counter()
         out = jax.block_until_ready(fn(model, k))
         first = time.perf_counter() - t0

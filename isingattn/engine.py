@@ -76,6 +76,18 @@ class Engine(eqx.Module):
         engine._warn(out.info)
         return out
 
+    def prepared(self, model: IsingModel) -> "Engine":
+        """This engine with what it reads from a concrete ``model`` resolved (Banded's
+        bandwidth, Gibbs' colour classes), for running it under ``jax.jit`` on models of the
+        same structure, where those values are traced. Outside jit ``marginals`` does this
+        itself."""
+        if not isinstance(model, IsingModel):
+            raise IsingTypeError(f"{type(self).__name__}.prepared: model must be an isingattn.IsingModel; got "
+                                 f"{type(model).__name__}.")
+        if model.is_sparse and (model.causal or not self.sparse_native):
+            model = model.densified(owner=type(self).__name__)
+        return self._prepare(model)
+
     def _checked(self, model, key, method: str = "marginals"):
         """The protocol's input checks: ``(model, key)``, the key as one threefry key (None
         for an engine that does not sample). ``method`` names the caller in messages."""
