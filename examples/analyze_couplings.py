@@ -1,8 +1,8 @@
 """What the couplings learned: graph analysis of J with networkx.
 
-With a trained checkpoint, its first head's J; without one, a toy J with the
-structure the paper reports (ferromagnetic at distances 2-4, antiferromagnetic at 6+).
-The figure goes to runs/examples/couplings.png unless --plot says otherwise.
+With a trained checkpoint, the J of its first head (in layer --layer, 0 by default: the
+first); without one, a toy J with the structure the paper reports (ferromagnetic at
+distances 2-4, antiferromagnetic at 6+). The figure goes to runs/examples/couplings.png unless --plot says otherwise.
 
     python examples/analyze_couplings.py
     python examples/analyze_couplings.py --checkpoint results/reproduce/shakespeare/T12/ckpt-hJ-s0.npz
@@ -16,6 +16,7 @@ from isingattn import analysis
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--checkpoint", default=None)
+p.add_argument("--layer", type=int, default=0, help="which layer's J, with --checkpoint (0: the first)")
 p.add_argument("--threshold", type=float, default=0.05)
 p.add_argument("--plot", default="runs/examples/couplings.png", help="output figure ('' to skip)")
 args = p.parse_args()
@@ -24,7 +25,10 @@ if args.checkpoint:
     from isingattn.models.saved import load_transformer
 
     model, _ = load_transformer(args.checkpoint)
-    J = np.asarray(model.attn.couplings())[0]
+    if not 0 <= args.layer < model.config.n_layers:
+        L = model.config.n_layers
+        p.error(f"--layer {args.layer}: the checkpoint has {L} layer(s); use --layer 0..{L - 1}")
+    J = np.asarray(model.blocks[args.layer].attn.couplings())[0]
 else:
     T = 12
     d = np.abs(np.subtract.outer(np.arange(T), np.arange(T)))

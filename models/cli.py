@@ -96,7 +96,10 @@ def _analyze(args) -> int:
         # analysis of couplings must not read a success from a model that has none
         raise _error(f"{args.checkpoint} holds a {variant!r} model, which has no learned couplings (J ≡ 0): "
                      "nothing to analyze. Pass a checkpoint of the hJ or J variant (e.g. ckpt-hJ-s0.npz).")
-    J = model.attn.couplings()  # (H, T, T)
+    L = model.config.n_layers
+    if args.layer >= L:
+        raise _error(f"--layer {args.layer}: {args.checkpoint} has {L} layer(s); use --layer 0..{L - 1}.")
+    J = model.blocks[args.layer].attn.couplings()  # (H, T, T)
     report = {}
     import matplotlib.pyplot as plt
 
@@ -126,12 +129,13 @@ def _export_bqm(args) -> int:
 
     _check_writable(args.out, "--out", is_file=True)
     model, meta = load_transformer(args.checkpoint)
-    ising = query_model(model, meta, args.text, args.query, head=args.head)
+    ising = query_model(model, meta, args.text, args.query, head=args.head, layer=args.layer)
     bqm = ising.to_bqm()
     with bqm.to_file() as src, atomic.writing(args.out, "wb") as f:
         shutil.copyfileobj(src, f)
     print(f"wrote {args.out}: {len(bqm.variables)} spins, {len(bqm.quadratic)} couplings, beta={float(ising.beta):g} "
-          f"(query {args.query}, head {args.head}); load with dimod.BinaryQuadraticModel.from_file(open(path, 'rb')).")
+          f"(query {args.query}, head {args.head}, layer {args.layer}); "
+          "load with dimod.BinaryQuadraticModel.from_file(open(path, 'rb')).")
     return 0
 
 
@@ -293,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--eval-every", type=_positive_int, default=250, help="steps between held-out evaluations")
         t.add_argument("--d-model", type=_positive_int, default=64, help="model width")
         t.add_argument("--heads", type=_positive_int, default=1, help="attention heads (must divide --d-model)")
+        t.add_argument("--layers", type=_positive_int, default=1,
+                       help="Transformer blocks (attention + FFN), each with its own J")
         t.add_argument("--no-ffn", dest="ffn", action="store_false",
                        help="drop the FFN block (the paper's ablation); without this flag the model has one")
         t.add_argument("--engine", default="exact", help="inference engine for hJ and J (a registry name)")
@@ -346,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="graph analysis of a trained checkpoint's learned J (networkx)", **fmt)
     a.add_argument("checkpoint", help="a checkpoint of an hJ or J model (ckpt-<variant>-s<seed>.npz)")
+    a.add_argument("--layer", type=_nonnegative_int, default=0, help="which layer's J (0: the first)")
     a.add_argument("--threshold", type=_nonnegative_float, default=None,
                    help="edge threshold on |J|; without it 5%% of each head's max |J|")
     a.add_argument("--out", default=None,
@@ -359,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--query", type=_nonnegative_int, required=True,
                    help="query position i (keys 0..i are the spins)")
     e.add_argument("--head", type=_nonnegative_int, default=0, help="attention head")
+    e.add_argument("--layer", type=_nonnegative_int, default=0, help="layer of that head (0: the first)")
     e.add_argument("--out", required=True, help="output file (dimod's own serialization, BinaryQuadraticModel.to_file)")
     e.set_defaults(func=_export_bqm)
 

@@ -202,7 +202,7 @@ def _cell_from_args(args, task: str):
     extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test) if task == "brackets" else {}
     cell = Cell(task, task, args.seq_len, variants=args.variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
                 engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
-                batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads,
+                batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads, layers=args.layers,
                 eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band,
                 weight_decay_on=args.weight_decay_on, **extra)
     vocab = 2 * args.types if task == "brackets" else 1  # the vocabulary does not change what is valid

@@ -134,7 +134,7 @@ ATTENTION = "attention.json"  # seed 0's head-0 attention weights of every varia
 
 
 def _hj_couplings(cell) -> dict[int, np.ndarray]:
-    """Head-0 J of every hJ seed of a cell, ``{seed: [T, T]}``.
+    """Head-0 J of the first layer (``model.attn``) of every hJ seed of a cell, ``{seed: [T, T]}``.
 
     Read from the checkpoints when they are there (and kept in ``learned-J.json``, which
     is committed with the results: checkpoints are not), else from that file, so that a
@@ -244,8 +244,8 @@ def _attention_weights(cell) -> Optional[dict]:
     for v, ck in cks.items():
         model, meta = load_transformer(ck)
         tokens = _sample_tokens(cell, meta["chars"])
-        _, w = model(tokens, key=jax.random.PRNGKey(0), return_weights=True)  # (1, H, T, T)
-        out["weights"][v] = np.asarray(w)[0, 0].tolist()
+        _, w = model(tokens, key=jax.random.PRNGKey(0), return_weights=True)  # (1, n_layers * H, T, T)
+        out["weights"][v] = np.asarray(w)[0, 0].tolist()  # head 0 of the first layer
         out["labels"] = [meta["chars"][t] for t in tokens[0]]
     if _read_json(path) != out:
         atomic.write_json(path, out)
@@ -253,7 +253,7 @@ def _attention_weights(cell) -> Optional[dict]:
 
 
 def _attention_maps(cells, root):
-    """Head-0 attention weights of seed 0 of every variant on a fixed input, side by side.
+    """Head-0 attention weights (first layer) of seed 0 of every variant on a fixed input, side by side.
 
     Cells whose weights were never stored keep the map that was drawn when their
     checkpoints existed."""

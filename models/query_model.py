@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -18,12 +19,14 @@ def encode_text(text: str, chars: str) -> np.ndarray:
     return np.array([lut[c] for c in text], np.int32)
 
 
-def query_model(model, meta: dict, text: str, query: int, head: int = 0) -> IsingModel:
-    """The Ising model over keys ``0..query`` that ``head`` solves for position ``query`` of ``text``.
+def query_model(model, meta: dict, text: str, query: int, head: int = 0, layer: int = 0) -> IsingModel:
+    """The Ising model over keys ``0..query`` that ``head`` of ``layer`` (0: the first) solves
+    for position ``query`` of ``text``.
 
     Fields are ``q_i·k_j/sqrt(d_k)`` (+ the head's bias) of the trained model on
-    ``text``; couplings are the head's learned ``J`` restricted to the visible keys;
-    β is the model's. Variant ``h`` has ``J = 0`` and variant ``J`` has ``h = 0``, as in
+    ``text`` (for ``layer`` > 0, of the output of the layers below, whose sampling
+    engines, if any, run with the fixed key ``PRNGKey(0)``); couplings are that head's
+    learned ``J`` restricted to the visible keys; β is the model's. Variant ``h`` has ``J = 0`` and variant ``J`` has ``h = 0``, as in
     attention. Labels are the key positions."""
     cfg = model.config
     if cfg.variant == "softmax":
@@ -39,8 +42,12 @@ def query_model(model, meta: dict, text: str, query: int, head: int = 0) -> Isin
         raise IsingInputError(f"--query must be a position in 0..{T - 1}; got {query}.")
     if not 0 <= head < cfg.n_heads:
         raise IsingInputError(f"--head must be in 0..{cfg.n_heads - 1}; got {head}.")
-    h = model.attention_fields(tokens[None])[0, head, query, : query + 1]  # (query+1,)
-    J = model.attn.couplings(T)[head, : query + 1, : query + 1]
+    if not 0 <= layer < cfg.n_layers:
+        raise IsingInputError(f"--layer must be in 0..{cfg.n_layers - 1} (the model has {cfg.n_layers} layer(s)); "
+                              f"got {layer}.")
+    fields = model.attention_fields(tokens[None], layer, key=jax.random.PRNGKey(0))  # (1, H, T, T)
+    h = fields[0, head, query, : query + 1]  # (query+1,)
+    J = model.blocks[layer].attn.couplings(T)[head, : query + 1, : query + 1]
     if cfg.variant == "h":
         J = jnp.zeros_like(J)
     if cfg.variant == "J":

@@ -3,15 +3,22 @@ one-layer Transformers, as the one-layer code of before ``Config.n_layers`` comp
 
 tests/test_transformer_layers.py checks that today's code still gives these bit for bit
 (same key -> same parameters, same leaf order -> old checkpoints load, same outputs).
-It was run once, with the code of commit ea047a5, from the repository root:
+Rounding depends on the XLA build and flags, so the file records them (``env``). It was
+written once from the repository root with the Transformer of commit ea047a5:
 
-    python tests/data/make_transformer_reference.py
+    git show ea047a5:models/transformer.py > /tmp/transformer_ea047a5.py
+    python tests/data/make_transformer_reference.py /tmp/transformer_ea047a5.py
 """
 
+import importlib.util
+import json
 import os
+import sys
 import warnings
 
-import jax
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")  # as tests/conftest.py sets it
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # as in the test session (tests/conftest.py)
 
@@ -19,7 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from isingattn.engine import get  # noqa: E402
-from isingattn.models.transformer import Config, Transformer  # noqa: E402
+from isingattn.models import transformer as current  # noqa: E402
 
 # name -> (Config kwargs, init seed); kept in the test file too, which builds the same configs
 CASES = {
@@ -33,12 +40,12 @@ CASES = {
 }
 
 
-def build(kw):
+def build(kw, module=current):
     kw = dict(kw)
     if isinstance(kw.get("engine"), tuple):
         name, ekw = kw["engine"]
         kw["engine"] = get(name, **ekw)
-    return Config(**kw)
+    return module.Config(**kw)
 
 
 def perturbed(model):
@@ -53,9 +60,18 @@ def tokens(cfg):
     return jnp.asarray(np.random.default_rng(7).integers(0, cfg.vocab_size, (2, cfg.seq_len)))
 
 
-def outputs(kw, seed):
-    cfg = build(kw)
-    m = Transformer(cfg, key=jax.random.PRNGKey(seed))
+def environment() -> str:
+    """What rounding depends on besides the code: the XLA build and flags, and the backend."""
+    import jaxlib
+
+    return json.dumps({"jax": jax.__version__, "jaxlib": jaxlib.__version__, "backend": jax.default_backend(),
+                       "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}, sort_keys=True)
+
+
+def outputs(kw, seed, module=current):
+    """Parameters (``leafNN``, in flattening order), logits, attention weights and fields of one case."""
+    cfg = build(kw, module)
+    m = module.Transformer(cfg, key=jax.random.PRNGKey(seed))
     toks = tokens(cfg)
     p = perturbed(m)
     logits, weights = p(toks, key=jax.random.PRNGKey(5), return_weights=True)
@@ -67,7 +83,13 @@ def outputs(kw, seed):
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore", message="Gibbs:")  # 16 samples do not mix; only reproducibility matters
-    arrays = {f"{name}/{k}": v for name, (kw, seed) in CASES.items() for k, v in outputs(kw, seed).items()}
+    module = current
+    if len(sys.argv) > 1:  # the Transformer module to record, e.g. an old version's file
+        spec = importlib.util.spec_from_file_location("reference_transformer", sys.argv[1])
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+        spec.loader.exec_module(module)
+    arrays = {f"{name}/{k}": v for name, (kw, seed) in CASES.items() for k, v in outputs(kw, seed, module).items()}
+    arrays["env"] = np.array(environment())
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformer_reference.npz")
     np.savez_compressed(path, **arrays)
     print(f"wrote {path}: {len(arrays)} arrays, {os.path.getsize(path)} bytes")
