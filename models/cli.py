@@ -87,7 +87,7 @@ def _analyze(args) -> int:
     from isingattn import analysis, atomic
     from isingattn.models.saved import load_transformer
 
-    out = args.out or _analysis_folder(args.checkpoint)
+    out = args.out or _analysis_folder(args.checkpoint) + (f"-layer{args.layer}" if args.layer else "")
     _check_writable(out, "--out")
     model, meta = load_transformer(args.checkpoint)
     variant = model.config.variant
@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="edge threshold on |J|; without it 5%% of each head's max |J|")
     a.add_argument("--out", default=None,
                    help="folder for the plots and summary.json; without it runs/analyze/<checkpoint's folders and "
-                        "name>")
+                        "name> (plus -layer<L> for --layer L > 0)")
     a.set_defaults(func=_analyze)
 
     e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file", **fmt)
