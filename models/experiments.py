@@ -137,7 +137,7 @@ class Cell:
 
 GRID_DECAY = "all"
 # Cell fields added after cells were committed, with the value those cells were run with.
-LEGACY_CELL = {"weight_decay_on": "all", "filler": None, "split": None, "interleaved": None, "layers": 1}
+LEGACY_CELL = {"weight_decay_on": "all", "J_param": "full", "filler": None, "split": None, "interleaved": None, "layers": 1}
 
 
 def grid(quick: bool = False) -> list[Cell]:

@@ -123,3 +123,21 @@ def test_quick_reproduce_offline_runs_what_needs_no_download(tmp_path, monkeypat
     assert (tmp_path / "empty-cache" / "isingattn" / "tinyshakespeare.txt").exists()  # --data cached once
     recorded = (root / "shakespeare/T4/commands.txt").read_text()
     assert "--data $ISINGATTN_DATA" in recorded and corpus not in recorded  # no path outside the repository
+
+
+def test_every_committed_cell_folder_matches_its_grid_cell():
+    """Each committed folder under results/reproduce/<part>/T<T><tail> holds the cell the
+    grid declares there (cell.json files written before a Cell field existed read as its
+    legacy value), so `reproduce` resumes them instead of refusing them."""
+    import os
+
+    from isingattn.models.experiments import _check_cell, grid
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "reproduce")
+    checked = 0
+    for cell in grid():
+        folder = os.path.join(root, cell.name)  # the name starts with the part
+        if os.path.exists(os.path.join(folder, "cell.json")):
+            _check_cell(cell, folder)
+            checked += 1
+    assert checked >= 18
