@@ -105,94 +105,131 @@ def _tables(C, beta, L: int, k: int):
 
 
 class _Plan:
-    """Static shapes of one call, and the step algebra in the alternating layouts."""
+    """Static shapes of one call, and the step algebra in the alternating layouts.
+
+    Messages are ``[G, O, P, A, C, R]``; the state after step b is in layout ``q = b % 2``: for
+    ``L = 2k``, q = 0 stores ``(A, C) = (y, s)`` (newest block first) and q = 1 stores ``(s, y)``; for
+    ``L = k`` the state is ``(y, 1)`` in both."""
 
     def __init__(self, L, k, nb, G, O, RC, rb, causal):
         self.L, self.k, self.nb, self.causal = L, k, nb, causal  # nb even
         self.G, self.O, self.RC, self.rb = G, O, RC, rb
-        self.nk, self.ns = 2**k, 2 ** (L - k)
-        self.alt = self.ns > 1  # L = 2k: alternating layouts; L = k: the state is y alone ([y, 1])
+        self.nk, self.ns, self.nL = 2**k, 2 ** (L - k), 2**L
+        self.alt = self.ns > 1
         pairs = nb // 2
-        ng = min(CAUSAL_GROUPS if causal else max(1, math.isqrt(pairs)), pairs)
+        ng = min(CAUSAL_GROUPS, pairs) if causal else 1
         bounds = [2 * ((g * pairs) // ng) for g in range(ng + 1)]
         # causal: row rc ends at step rc, and the rows live in group g are rc >= its first step
         self.groups = [(b0, b1, b0 if causal else 0) for b0, b1 in zip(bounds[:-1], bounds[1:])]
         self.end = np.arange(RC) if causal else np.full(RC, nb - 1)
 
-    # layout of the state after step b: q = b % 2. alt: q = 0 -> (A, C) = (y, s), q = 1 -> (s, y). not alt: (y, 1).
-    def older(self, q):  # axis of s (the block that stays one more step)
-        return (4 if q == 0 else 3) if self.alt else 4
+    def rows(self, lo):
+        return (self.RC - lo) * self.rb
 
-    def newer(self, q):  # axis of y
-        return (3 if q == 0 else 4) if self.alt else 3
+    def end_rows(self, lo):  # end step of every row (rc, rb) of the rows rc >= lo
+        return np.repeat(self.end[lo:], self.rb).astype(np.int32)
+
+    def first(self, q):  # does the state of layout q hold y in its leading axis?
+        return not self.alt or q == 0
 
     def bcast(self, T, q):
-        """A table ``T [G, O, s, y]`` broadcast against messages in layout q."""
-        T = jnp.swapaxes(T, -1, -2) if self.newer(q) == 3 else T
-        return T[:, :, None, :, :, None, None]
+        """A table ``T [G, O, s, y]`` against messages ``[G, O, A, C, R]`` in layout q."""
+        T = jnp.swapaxes(T, -1, -2) if self.first(q) else T
+        return T[..., None]
 
     def bcast_y(self, d, q):
-        """Per-row ``d [G, O, y, rc, rb]`` broadcast against messages ``[G, O, P, A, C, rc, rb]`` in layout q."""
-        return d[:, :, None, :, None] if self.newer(q) == 3 else d[:, :, None, None, :]
+        """Per-row ``d [G, O, y, R]`` against messages in layout q."""
+        return d[:, :, :, None] if self.first(q) else d[:, :, None]
 
-    def gemm(self, a, K1, q):
-        """Forward: the state after step b-1 (layout 1-q) -> ``Σ_l K1(l, y) a(l, s)`` in layout q."""
-        G, O, P = a.shape[:3]
-        if not self.alt or q == 0:  # contract the leading block
-            K = jnp.broadcast_to(K1[:, :, None], (G, O, P) + K1.shape[2:])
-            out = lax.dot_general(K, a.reshape(G, O, P, self.nk, -1), (((3,), (3,)), ((0, 1, 2), (0, 1, 2))))
-        else:  # contract the trailing block, batched over the leading one
-            K = jnp.broadcast_to(K1[:, :, None, None], (G, O, P, self.ns) + K1.shape[2:])
-            out = lax.dot_general(K, a.reshape(G, O, P, self.ns, self.nk, -1),
-                                  (((4,), (4,)), ((0, 1, 2, 3), (0, 1, 2, 3))))
-        return out.reshape(a.shape)
+    def features(self, q, dt):
+        """``[k+1, A·C]``: the spins y_t of every state of layout q, and a row of ones."""
+        Sk = 1.0 - 2.0 * ((np.arange(self.nk)[:, None] >> np.arange(self.k - 1, -1, -1)[None, :]) & 1)  # = spin_table
+        y = Sk[:, None, :] if self.first(q) else Sk[None, :, :]
+        y = np.broadcast_to(y, ((self.nk, self.ns) if self.first(q) else (self.ns, self.nk)) + (self.k,))
+        return jnp.asarray(np.concatenate([y.reshape(-1, self.k).T, np.ones((1, self.nL))]), dt)
 
-    def gemm_back(self, v, K1, q):
-        """Backward: ``v`` in layout q -> ``Σ_y K1(l, y) v(s, y)``, the state after step b-1 (layout 1-q)."""
-        G, O, P = v.shape[:3]
-        if not self.alt or q == 0:  # y leads
-            K = jnp.broadcast_to(K1[:, :, None], (G, O, P) + K1.shape[2:])
-            out = lax.dot_general(K, v.reshape(G, O, P, self.nk, -1), (((4,), (3,)), ((0, 1, 2), (0, 1, 2))))
-        else:  # y trails
-            K = jnp.broadcast_to(K1[:, :, None, None], (G, O, P, self.ns) + K1.shape[2:])
-            out = lax.dot_general(K, v.reshape(G, O, P, self.ns, self.nk, -1),
-                                  (((5,), (4,)), ((0, 1, 2, 3), (0, 1, 2, 3))))
-        return out.reshape(v.shape)
+    def gemm(self, a, K, q):
+        """Forward at step b (layout q): the state after b-1 ``a [G, O, A, C, R]`` and ``K [G, O, l, nk+1]``
+        (K1 and a column of ones) -> ``Σ_l K1(l, y) a(l, s)`` in layout q and ``Σ_l a(l, s)`` ``[G, O, ns, R]``."""
+        G, O, A, C, R = a.shape
+        nk = self.nk
+        if self.first(q):  # contract the leading block
+            out = lax.dot_general(K, a.reshape(G, O, A, C * R), (((2,), (2,)), ((0, 1), (0, 1))))
+            out = out.reshape(G, O, nk + 1, C, R)
+            return out[:, :, :nk], out[:, :, nk]
+        Kb = jnp.broadcast_to(K[:, :, None], (G, O, A) + K.shape[2:])  # contract the trailing block
+        out = lax.dot_general(Kb, a, (((3,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, nk+1, R]
+        return out[:, :, :, :nk], out[:, :, :, nk]
+
+    def gemm_back(self, v, K, q):
+        """Backward at step b: ``v`` in layout q and ``K [G, O, nk+1, y]`` (K1 and its column sums) -> the state
+        after b-1 with one more entry along l, holding ``Σ_l`` of it (see ``split``)."""
+        G, O, A, C, R = v.shape
+        if self.first(q):  # y leads
+            out = lax.dot_general(K, v.reshape(G, O, A, C * R), (((3,), (2,)), ((0, 1), (0, 1))))
+            return out.reshape(G, O, self.nk + 1, C, R)
+        Kb = jnp.broadcast_to(K[:, :, None], (G, O, A) + K.shape[2:])  # y trails
+        return lax.dot_general(Kb, v, (((4,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, nk+1, R]
+
+    def split(self, out, q):
+        """``gemm_back``'s output at step b+1 -> the state after step b (layout q) and its sums ``[G, O, ns, R]``."""
+        nk = self.nk
+        if not self.alt or q == 1:  # made by a leading-y step: the extra entry is along A
+            return out[:, :, :nk], out[:, :, nk]
+        return out[:, :, :, :nk], out[:, :, :, nk]
 
     def rows_gemm(self, prev, yq, q):
-        """``Σ_{P, s, rows} prev(l, s) yq(s, y)`` -> ``[G, O, l, y]``: prev the state after step b-1, yq in layout q."""
-        G, O, P = prev.shape[:3]
-        if not self.alt or q == 0:  # prev (l, s), yq (y, s): contract s and the rows
-            out = lax.dot_general(prev.reshape(G, O, P, self.nk, -1), yq.reshape(G, O, P, self.nk, -1),
-                                  (((4,), (4,)), ((0, 1, 2), (0, 1, 2))))
-            return out.sum(2)
-        out = lax.dot_general(prev.reshape(G, O, P, self.ns, self.nk, -1), yq.reshape(G, O, P, self.ns, self.nk, -1),
-                              (((5,), (5,)), ((0, 1, 2, 3), (0, 1, 2, 3))))  # prev (s, l), yq (s, y)
-        return out.sum((2, 3))
+        """``Σ_{s, rows} prev(l, s) yq(s, y)`` -> ``[G, O, l, y]``: prev the state after step b-1, yq in layout q."""
+        G, O, A, C, R = yq.shape
+        if self.first(q):  # prev (l, s), yq (y, s): contract s and the rows
+            return lax.dot_general(prev.reshape(G, O, A, C * R), yq.reshape(G, O, A, C * R),
+                                   (((3,), (3,)), ((0, 1), (0, 1))))
+        out = lax.dot_general(prev, yq, (((4,), (4,)), ((0, 1, 2), (0, 1, 2))))  # prev (s, l), yq (s, y)
+        return out.sum(2)
 
-    def initial(self, P, rows, dt):
+    def project(self, X, q):
+        """``X [G, O, A, C, R]`` -> ``[G, O, k+1, R]``: ``Σ_x y_t(x) X(x)`` and ``Σ_x X(x)``."""
+        G, O, A, C, R = X.shape
+        F = jnp.broadcast_to(self.features(q, X.dtype), (G, O, self.k + 1, A * C))
+        return lax.dot_general(F, X.reshape(G, O, A * C, R), (((3,), (2,)), ((0, 1), (0, 1))))
+
+    def window_sums(self, X, w, q):
+        """``Σ_rows X(s, y) w`` -> ``[G, O, s, y]``: X in layout q, w ``[G, O, R]``."""
+        G, O, A, C, R = X.shape
+        out = lax.dot_general(X.reshape(G, O, A * C, R), w, (((3,), (2,)), ((0, 1), (0, 1)))).reshape(G, O, A, C)
+        return jnp.swapaxes(out, -1, -2) if self.first(q) else out
+
+    def initial(self, R, dt):
         """The state before step 0 (layout 1): every window spin +1, no couplings."""
         A, C = (self.ns, self.nk) if self.alt else (self.nk, 1)
-        return jnp.zeros((self.G, self.O, P, A, C, rows, self.rb), dt).at[:, :, 0, 0, 0].set(1.0)
+        return jnp.zeros((self.G, self.O, A, C, R), dt).at[:, :, 0, 0].set(1.0)
 
-    def state_shape(self, q, P, rows):
-        A, C = ((self.nk, self.ns) if q == 0 else (self.ns, self.nk)) if self.alt else (self.nk, 1)
-        return (self.G, self.O, P, A, C, rows, self.rb)
-
-
-def _smax(x):  # [G, O, A, C, rc, rb] -> max over the state (A, C)
-    return _tree(_tree(x, 3, jnp.maximum), 2, jnp.maximum)
+    def carry0(self, R, dt):
+        """A ``gemm_back`` output of the shape the last step (layout 1) splits: its values are never used."""
+        A, C = (self.nk + 1, self.ns) if self.alt else (self.nk + 1, 1)
+        return jnp.zeros((self.G, self.O, A, C, R), dt)
 
 
-def _ssum(x):
-    return _tree(_tree(x, 3, jnp.add), 2, jnp.add)
+def _ssum(x, axis):
+    return _tree(x, axis, jnp.add)
 
 
-def _field(hb, beta, k):
-    """hb ``[G, O, k, rc, rb]`` -> ``d [G, O, 2^k (y), rc, rb]`` (max 1) and the log of its scale."""
+def _spin_dot(h, k, axis):
+    """``Σ_t y_t h_t`` for every ``y`` of ``k`` spins: ``h [..., k (axis), ...]`` -> ``[..., 2^k, ...]``. Written as
+    a sum of broadcasts (not a dot) so that XLA keeps the rows minor: a dot here comes out rows-major."""
+    Sk = 1.0 - 2.0 * ((np.arange(2**k)[:, None] >> np.arange(k - 1, -1, -1)[None, :]) & 1)
+    shape = [1] * h.ndim
+    shape[axis] = 2**k
+    out = 0.0
+    for t in range(k):
+        out = out + jnp.asarray(Sk[:, t].reshape(shape), h.dtype) * lax.index_in_dim(h, t, axis, keepdims=True)
+    return out
+
+
+def _field(hb, beta, k, log_s):
+    """``hb [G, O, k, R]`` -> ``exp(β h·y - β Σ|h| - log_s)`` ``[G, O, 2^k (y), R]`` and ``β Σ|h|``."""
     dshift = beta * jnp.abs(hb).sum(2)
-    d = jnp.exp(beta * jnp.einsum("yt,gotrb->goyrb", spin_table(k, hb.dtype), hb) - dshift[:, :, None])
-    return d, dshift
+    return jnp.exp(beta * _spin_dot(hb, k, 2) - (dshift + log_s)[:, :, None]), dshift
 
 
 def _pairs(x):
@@ -204,232 +241,215 @@ def _unpairs(x):
     return jax.tree.map(lambda t: t.reshape((t.shape[0] * t.shape[1],) + t.shape[2:]), x)
 
 
-def _alpha_scan(p: _Plan, start, xs, beta, tangent: bool, keep: bool):
-    """α (and α' when ``tangent``: P = 2) through the steps of ``xs`` (pairs of steps) from the state ``start``.
+def _scan_pairs(step, carry, xs, reverse=False):
+    """``lax.scan`` over pairs of steps (layouts 0 and 1), outputs per step."""
+    def body(c, x):
+        outs = [None, None]
+        for q in ((1, 0) if reverse else (0, 1)):
+            c, outs[q] = step(c, jax.tree.map(lambda t: t[q], x), q)
+        return c, jax.tree.map(lambda u, v: jnp.stack([u, v]), *outs)
 
-    xs: h [pairs, 2, G, O, k, rc, rb], K1, K23 (and gy when tangent). Returns the last state and per step
-    ``Mx`` (the normalizer), ``la`` (log Σα), the log-scale increment ``dc``, and the states when ``keep``."""
-    dt = start.dtype
-    tiny = float(jnp.finfo(dt).tiny)
-    sg = lax.stop_gradient
-
-    def step(a, x, q):
-        d, dshift = _field(x["h"], beta, p.k)
-        g = p.gemm(a, x["K1"], q) * p.bcast(x["K23"], q) * p.bcast_y(d, q)
-        Mx, flag = _guard(sg(_smax(g[:, :, 0])), tiny)
-        sa = _ssum(g[:, :, 0]) / Mx
-        g = g / Mx[:, :, None, None, None]
-        if tangent:  # α'_b += β (g·y) α_b
-            g = g + np.arange(2).astype(dt)[:, None, None, None, None] * p.bcast_y(x["gy"], q) * g[:, :, :1]
-        out = dict(Mx=Mx, flag=flag, la=jnp.log(sa), dc=jnp.log(Mx) + x["sh"][:, :, None, None] + dshift)
-        if keep:
-            out["a"] = g
-        return g, out
-
-    def body(a, x):
-        a, o0 = step(a, jax.tree.map(lambda t: t[0], x), 0)
-        a, o1 = step(a, jax.tree.map(lambda t: t[1], x), 1)
-        return a, jax.tree.map(lambda u, v: jnp.stack([u, v]), o0, o1)
-
-    last, out = lax.scan(body, start, xs)
-    return last, out
+    carry, out = lax.scan(body, carry, xs, reverse=reverse)
+    return carry, _unpairs(out)
 
 
-def _group_inputs(p: _Plan, b0, b1, lo, hs, K1, K23, sh, extra=None):
-    """Per-step inputs of steps b0..b1-1 on rows lo.., in pairs."""
-    x = dict(h=hs[b0:b1, ..., lo:, :], K1=K1[b0:b1], K23=K23[b0:b1], sh=sh[b0:b1])
-    for name, v in (extra or {}).items():
-        x[name] = v[b0:b1, ..., lo:, :]
-    return _pairs(x)
+def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
+    """α (and α' when gy is given) forward through every group, unnormalized: each step's input is divided
+    by its sum ``S`` inside the field factor (the GEMM gives that sum, with its column of ones).
 
-
-def _forward_chunk(p: _Plan, hs, K1, K23, sh, beta):
-    """Primal of one chunk: hs [nb, G, O, k, RC, rb] -> m (like hs), log_z, lost [G, O, RC, rb]."""
+    Returns per group: the states after every step (``a``, and ``t`` for α'), the state before the group
+    (``first``, ``tfirst``), ``logS`` (log of every step's input sum), its guard flag ``fS``, the log scale
+    ``c`` after every step and ``la`` (log Σα after every step)."""
     dt = hs.dtype
-    G, O, RC, rb, k, nk = p.G, p.O, p.RC, p.rb, p.k, p.nk
-    Sk = spin_table(k, dt)
     tiny = float(jnp.finfo(dt).tiny)
-    log_k_tiny = math.log((2 * nk + 1) * tiny)  # each entry: ≤ 2^k flushed products and K's own flushes
-    sg = lax.stop_gradient
+    tangent = gy is not None
 
-    # 1: α forward, keeping the state at the start of every group and the log of the scales
-    a, c, prev = p.initial(1, RC, dt), jnp.zeros((G, O, RC, rb), dt), 0
-    starts, fouts, cs = [], [], []
+    def step(carry, x, q):
+        a, t, c = carry
+        F, srow = p.gemm(a, x["K1f"], q)
+        S, fS = _guard(_ssum(srow, 2), tiny)  # [G, O, R]
+        logS = jnp.log(S)
+        d, dshift = _field(x["h"], beta, p.k, logS)
+        kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)  # [G, O, A, C, R]
+        a = F * kd
+        out = dict(a=a, logS=logS, fS=fS)
+        if tangent:  # α'_b = K23 d Σ_l K1 α'_{b-1} / S + β (g·y) α_b
+            t = p.gemm(t, x["K1f"], q)[0] * kd + p.bcast_y(x["gy"], q) * a
+            out["t"] = t
+        c = c + logS + x["sh"][:, :, None] + dshift
+        out["c"] = c
+        return (a, t, c), out
+
+    a = p.initial(p.rows(0), dt)
+    t = jnp.zeros_like(a) if tangent else None
+    c, prev, groups = jnp.zeros((p.G, p.O, p.rows(0)), dt), 0, []
     for b0, b1, lo in p.groups:
-        a, c = a[..., lo - prev:, :], c[..., lo - prev:, :]
-        starts.append(a)
-        a, out = _alpha_scan(p, a, _group_inputs(p, b0, b1, lo, hs, K1, K23, sh), beta, False, False)
-        out = _unpairs(out)
-        c_steps = c + jnp.cumsum(out["dc"], axis=0)  # [steps, G, O, rc, rb]: log scale after each step
-        c = c_steps[-1]
-        fouts.append(out)
-        cs.append(c_steps)
+        cut = (lo - prev) * p.rb
+        a, c = a[..., cut:], c[..., cut:]
+        t = t[..., cut:] if tangent else None
+        first, tfirst = a, t
+        xs = dict(h=hs[b0:b1, ..., lo * p.rb:], K1f=K1f[b0:b1], K23=K23[b0:b1], sh=sh[b0:b1])
+        if tangent:
+            xs["gy"] = gy[b0:b1, ..., lo * p.rb:]
+        (a, t, c), out = _scan_pairs(step, (a, t, c), _pairs(xs))
+        # log Σα after every step: the next step's input sum, or (last step) summed here
+        last = jnp.log(_ssum(_ssum(a, 3), 2))
+        out["la"] = jnp.concatenate([out["logS"][1:], last[None]], axis=0)
+        out.update(first=first, tfirst=tfirst)
+        groups.append(out)
         prev = lo
-    if p.causal:  # row rc ends at step rc: its log Z is taken there
-        lz, fz = [], []
-        for (b0, b1, lo), out, c_steps in zip(p.groups, fouts, cs):
+    return groups
+
+
+def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
+    """Primal of one chunk: hs [nb, G, O, k, R] -> m (like hs), log_z and lost [G, O, R]."""
+    dt = hs.dtype
+    G, O, k, nk, rb = p.G, p.O, p.k, p.nk, p.rb
+    tiny = float(jnp.finfo(dt).tiny)
+    log_k_tiny = math.log((2 * nk + 1) * tiny)  # per entry: 2^k flushed products, the tables' own flushes
+    groups = _alpha_pass(p, hs, K1f, K23, sh, beta)
+
+    if p.causal:  # row rc ends at step rc: log Z = c + log Σα there
+        lz = []
+        for (b0, b1, lo), out in zip(p.groups, groups):
             i = np.arange(b1 - b0)
-            tot, f = _guard(jnp.exp(out["la"][i, :, :, i + b0 - lo]), tiny)  # [steps, G, O, rb]
-            lz.append(c_steps[i, :, :, i + b0 - lo] + jnp.log(tot))
-            fz.append(f)
-        log_z = jnp.moveaxis(jnp.concatenate(lz), 0, 2)  # [G, O, RC, rb]
-        fz = jnp.moveaxis(jnp.concatenate(fz), 0, 2)
+            rows = ((i + b0 - lo) * rb)[:, None] + np.arange(rb)[None]  # [steps, rb] rows that end at each step
+            lz.append((out["c"] + out["la"])[i[:, None], :, :, rows])  # [steps, rb, G, O]
+        log_z = jnp.concatenate(lz).transpose(2, 3, 0, 1).reshape(G, O, p.rows(0))
     else:
-        tot, fz = _guard(jnp.exp(fouts[-1]["la"][-1]), tiny)
-        log_z = c + jnp.log(tot)
+        log_z = groups[-1]["c"][-1] + groups[-1]["la"][-1]
 
-    # 2: β backward, group by group, each group's α recomputed from its start
-    def bstep(carry, x, q):
-        prop, Mb, bflag, b = carry  # β_b before its normalization by Mb (layout q), the flag of Mb
-        live, start = (x["end"] > b)[:, None], (x["end"] == b)[:, None]  # [rc, 1]
-        bm = jnp.where(live, prop / Mb[:, :, None, None, None], jnp.where(start, 1.0, 0.0).astype(dt))
-        Mb, bflag = jnp.where(live, Mb, 1.0), jnp.where(live, bflag, 0.0)
-        a = x["a"][:, :, 0]
-        Pn = _tree(a * bm[:, :, 0], p.older(q) - 1, jnp.add)  # [G, O, y, rc, rb]
-        tot, flag = _guard(_tree(Pn, 2, jnp.add), math.sqrt(tiny))
-        m = jnp.einsum("yt,goyrb->gotrb", Sk, Pn) / tot[:, :, None]
-        lb, lt = sg(jnp.log(_ssum(bm[:, :, 0]))), sg(jnp.log(tot))
-        lost = (jnp.logaddexp(log_k_tiny - jnp.log(x["Mx"]) + lb - lt, log_k_tiny - jnp.log(Mb) + x["la"] - lt)
-                + flag + x["flag"] + bflag)
-        lost = jnp.where(x["end"][:, None] >= b, lost, -jnp.inf)  # rows that ended before: part of no result
-        d, _ = _field(x["h"], beta, k)
-        prop = p.gemm_back(bm * p.bcast(x["K23"], q) * p.bcast_y(d, q), x["K1"], q)
-        Mb_new, bflag_new = _guard(sg(_smax(prop[:, :, 0])), tiny)
-        return (prop, Mb_new, bflag_new, b - 1), dict(m=m, lost=lost)
-
-    def bbody(carry, x):
-        carry, o1 = bstep(carry, jax.tree.map(lambda t: t[1], x), 1)
-        carry, o0 = bstep(carry, jax.tree.map(lambda t: t[0], x), 0)
-        return carry, jax.tree.map(lambda u, v: jnp.stack([u, v]), o0, o1)
+    def step(carry, x, q):
+        out_prev, b = carry
+        live, start = x["end"] > b, x["end"] == b  # [R]
+        st, srow = p.split(out_prev, q)
+        bm = st * live.astype(dt) + start.astype(dt)  # β_b; rows not started yet: 0
+        Sb = jnp.where(live, _ssum(srow, 2), jnp.where(start, float(p.nL), 0.0))
+        Sb, fb = _guard(Sb, tiny)
+        proj = p.project(x["a"] * bm, q)  # [G, O, k+1, R]
+        tot, ft = _guard(proj[:, :, k], math.sqrt(tiny))
+        m = proj[:, :, :k] / tot[:, :, None]
+        lost = (jnp.logaddexp(log_k_tiny + jnp.maximum(-x["logS"], 0.0) + jnp.log(Sb), log_k_tiny + x["la"]) - jnp.log(tot)
+                + ft + x["fS"] + jnp.where(live, fb, 0.0))
+        lost = jnp.where(x["end"] >= b, lost, -jnp.inf)  # rows that ended before: part of no result
+        d, _ = _field(x["h"], beta, k, jnp.log(Sb))
+        out = p.gemm_back(bm * (p.bcast(x["K23"], q) * p.bcast_y(d, q)), x["K1b"], q)
+        return (out, b - 1), dict(m=m, lost=lost)
 
     ms = [None] * len(p.groups)
-    lost = jnp.full((G, O, RC, rb), -jnp.inf, dt)
-    rows = RC - p.groups[-1][2]
-    bc = (jnp.zeros(p.state_shape(1, 1, rows), dt), jnp.ones((G, O, rows, rb), dt), jnp.zeros((G, O, rows, rb), dt),
-          jnp.int32(p.nb - 1))
+    lost = jnp.full((G, O, p.rows(0)), -jnp.inf, dt)
+    carry = (p.carry0(p.rows(p.groups[-1][2]), dt), jnp.int32(p.nb - 1))
     for gi in range(len(p.groups) - 1, -1, -1):
         b0, b1, lo = p.groups[gi]
-        grow = RC - lo - bc[1].shape[2]  # rows that end in this group join (β = 0 until their last step)
-        pad = lambda x, v=0.0: jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(grow, 0), (0, 0)], constant_values=v)
-        bc = (pad(bc[0]), pad(bc[1], 1.0), pad(bc[2]), bc[3])
-        xs = _group_inputs(p, b0, b1, lo, hs, K1, K23, sh)
-        _, out = _alpha_scan(p, starts[gi], xs, beta, False, True)
-        f = _pairs(fouts[gi])
-        xs.update(a=out["a"], Mx=f["Mx"], flag=f["flag"], la=f["la"],
-                  end=jnp.broadcast_to(jnp.asarray(p.end[lo:], jnp.int32), ((b1 - b0) // 2, 2, RC - lo)))
-        bc, out = lax.scan(bbody, bc, xs, reverse=True)
-        out = _unpairs(out)
-        ms[gi] = jnp.pad(out["m"], [(0, 0)] * 4 + [(lo, 0), (0, 0)])
-        lost = jnp.logaddexp(lost, jnp.pad(jax.nn.logsumexp(out["lost"], axis=0),
-                                           [(0, 0)] * 2 + [(lo, 0), (0, 0)], constant_values=-jnp.inf))
+        grow = p.rows(lo) - carry[0].shape[-1]  # rows that end in this group join (β = 0 until their last step)
+        carry = (jnp.pad(carry[0], [(0, 0)] * 4 + [(grow, 0)]), carry[1])
+        g = groups[gi]
+        xs = dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K23=K23[b0:b1], a=g["a"], logS=g["logS"], fS=g["fS"],
+                  la=g["la"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo))))
+        carry, out = _scan_pairs(step, carry, _pairs(xs), reverse=True)
+        ms[gi] = jnp.pad(out["m"], [(0, 0)] * 4 + [(lo * rb, 0)])
+        lost = jnp.logaddexp(lost, jnp.pad(jax.nn.logsumexp(out["lost"], axis=0), [(0, 0)] * 2 + [(lo * rb, 0)],
+                                           constant_values=-jnp.inf))
     m = jnp.concatenate(ms, axis=0)
-    lost = sg(lost + fz)
+    lost = lax.stop_gradient(lost)
     return m, log_z, jnp.where(jnp.isnan(lost), jnp.inf, lost)
 
 
-def _backward_chunk(p: _Plan, hs, K1, K23, sh, beta, m, gm, glz):
-    """VJP of one chunk's (m, log_z) for cotangents gm [nb, G, O, k, RC, rb], glz [G, O, RC, rb]; m: the primal
-    means. Returns gh (like hs) and the cotangents of the energies of every step, gE1 [nb, G, O, 2^k, 2^k] and
-    gE23 [nb, G, O, 2^(L-k), 2^k], summed over the chunk's rows."""
+def _backward_chunk(p: _Plan, hs, K1f, K1b, K1, K23, sh, beta, gm, glz):
+    """VJP of one chunk's (m, log_z) for cotangents gm [nb, G, O, k, R], glz [G, O, R]. Returns gh (like hs) and
+    the cotangents of every step's energies, gE1 [nb, G, O, 2^k, 2^k] and gE23 [nb, G, O, 2^(L-k), 2^k], summed
+    over the chunk's rows."""
     dt = hs.dtype
-    G, O, RC, rb, k, nk = p.G, p.O, p.RC, p.rb, p.k, p.nk
-    Sk = spin_table(k, dt)
+    k, rb = p.k, p.rb
     tiny = float(jnp.finfo(dt).tiny)
-    pair = np.arange(2).astype(dt)[:, None, None, None, None]  # [P, A, C, rc, rb]: 0 value, 1 tangent
-    gy = beta * jnp.einsum("yt,ngotrb->ngoyrb", Sk, gm)  # β (g_b·y): [nb, G, O, y, RC, rb]
-    glz_s = jnp.broadcast_to(glz, (p.nb,) + glz.shape)
-    extra = dict(gy=gy)
+    gy = beta * _spin_dot(gm, k, 3)  # β (g_b·y): [nb, G, O, y, R]
+    groups = _alpha_pass(p, hs, K1f, K23, sh, beta, gy)
 
-    # 1: [α, α'] forward, keeping the state at the start of every group
-    a, prev, starts = p.initial(2, RC, dt), 0, []
-    for b0, b1, lo in p.groups:
-        a = a[..., lo - prev:, :]
-        starts.append(a)
-        a, _ = _alpha_scan(p, a, _group_inputs(p, b0, b1, lo, hs, K1, K23, sh, extra), beta, True, False)
-        prev = lo
-
-    # 2: [β, β'] backward, group by group, each group's [α, α'] recomputed from its start
-    def bstep(carry, x, q):
-        prop, Mb, b = carry
-        live, start = (x["end"] > b)[:, None], (x["end"] == b)[:, None]
-        b2 = jnp.where(live, prop / Mb[:, :, None, None, None], jnp.where(start, 1.0 - pair, 0.0).astype(dt))
-        a2 = x["a"]
-        o = p.older(q) - 1  # the older axis with P removed
-        ab = _tree(a2[:, :, :1] * b2, o + 1, jnp.add)  # [G, O, P, y, rc, rb]: Σ_s α β, Σ_s α β'
-        z, _ = _guard(_tree(ab[:, :, 0], 2, jnp.add), math.sqrt(tiny))  # [G, O, rc, rb]
-        a1b0 = a2[:, :, 1] * b2[:, :, 0]
-        Wy = ab[:, :, 1] + _tree(a1b0, o, jnp.add)  # z E[βG ; y]: [G, O, y, rc, rb]
-        EG = _tree(Wy, 2, jnp.add) / z
+    def step(carry, x, q):
+        (out0, out1), b = carry
+        live, start = (x["end"] > b).astype(dt), (x["end"] == b).astype(dt)
+        st0, srow = p.split(out0, q)
+        st1, _ = p.split(out1, q)
+        b0, b1 = st0 * live + start, st1 * live  # β_b, β'_b (0 at the row's last step and before)
+        Sb = live * _ssum(srow, 2) + start * float(p.nL)
+        Sb, _ = _guard(Sb, tiny)
+        a0, a1 = x["a"], x["t"]
+        XP, XW = a0 * b0, a1 * b0 + a0 * b1
+        pP, pW = p.project(XP, q), p.project(XW, q)  # [G, O, k+1, R]
+        tot, _ = _guard(pP[:, :, k], math.sqrt(tiny))
+        m = pP[:, :, :k] / tot[:, :, None]
+        EG = pW[:, :, k] / tot  # E[βG]
         rho = beta * x["glz"] - EG
-        gh = jnp.einsum("yt,goyrb->gotrb", Sk, Wy) / z[:, :, None] + x["m"] * rho[:, :, None]
-        d, _ = _field(x["h"], beta, k)
-        v = b2 * p.bcast(x["K23"], q) * p.bcast_y(d, q)  # V, K23 d β'
-        v = v + pair * p.bcast_y(x["gy"], q) * v[:, :, :1]  # V' = K23 d (β' + β (g·y) β)
-        # couplings inside the window (s, y): Σ_rows (α' β + α (β' + ρ β)) / z
-        w_sy = (a1b0 + a2[:, :, 0] * (b2[:, :, 1] + rho[:, :, None, None] * b2[:, :, 0])) / z[:, :, None, None]
-        gE23 = w_sy.sum((-2, -1))
-        gE23 = gE23 if p.older(q) == 3 else jnp.swapaxes(gE23, -1, -2)  # -> [G, O, s, y]
-        # couplings between l and y: Σ_rows α_{b-1} ⊗ (V' + ρ V) + α'_{b-1} ⊗ V, over M z
-        scale = 1.0 / (x["Mx"] * z)
-        scale = jnp.where(jnp.isfinite(scale), scale, 0.0)[:, :, None, None, None]  # rows whose values are unused
-        yq = (jnp.flip(v, axis=2) + (1 - pair) * rho[:, :, None, None, None] * v[:, :, :1]) * scale
-        gK1 = p.rows_gemm(x["a_prev"], yq, q)
-        prop = p.gemm_back(v, x["K1"], q)
-        Mb_new, _ = _guard(lax.stop_gradient(_smax(prop[:, :, 0])), tiny)
-        return (prop, Mb_new, b - 1), (gh, x["K1"] * gK1, gE23)
-
-    def bbody(carry, x):
-        carry, o1 = bstep(carry, jax.tree.map(lambda t: t[1], x), 1)
-        carry, o0 = bstep(carry, jax.tree.map(lambda t: t[0], x), 0)
-        return carry, jax.tree.map(lambda u, v: jnp.stack([u, v]), o0, o1)
+        gh = pW[:, :, :k] / tot[:, :, None] + m * rho[:, :, None]
+        # couplings inside the window (s, y): Σ_rows (X_W + ρ X_P) / tot
+        gE23 = p.window_sums(XW, 1.0 / tot, q) + p.window_sums(XP, rho / tot, q)
+        d, _ = _field(x["h"], beta, k, jnp.log(Sb))
+        kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)
+        v0 = b0 * kd  # V = K23 d β / Sβ
+        v1 = (b1 + p.bcast_y(x["gy"], q) * b0) * kd  # V' = K23 d (β' + β (g·y) β) / Sβ
+        # couplings between l and y: Σ_rows α_{b-1} ⊗ (V' + ρ V) + α'_{b-1} ⊗ V, times Sβ_b / (S_{b-1} tot_b)
+        scale = jnp.exp(jnp.log(Sb) - x["logS"]) / tot
+        scale = jnp.where(jnp.isfinite(scale), scale, 0.0)  # rows whose values are unused
+        w0 = (v1 + v0 * rho[:, :, None, None]) * scale[:, :, None, None]
+        w1 = v0 * scale[:, :, None, None]
+        gK1 = p.rows_gemm(x["a_prev"], w0, q) + p.rows_gemm(x["t_prev"], w1, q)
+        out = (p.gemm_back(v0, x["K1b"], q), p.gemm_back(v1, x["K1b"], q))
+        return (out, b - 1), (gh, x["K1"] * gK1, gE23)
 
     ghs, gE1s, gE23s = [None] * len(p.groups), [None] * len(p.groups), [None] * len(p.groups)
-    rows = RC - p.groups[-1][2]
-    bc = (jnp.zeros(p.state_shape(1, 2, rows), dt), jnp.ones((G, O, rows, rb), dt), jnp.int32(p.nb - 1))
+    z = p.carry0(p.rows(p.groups[-1][2]), dt)
+    carry = ((z, z), jnp.int32(p.nb - 1))
+    glz_s = jnp.broadcast_to(glz, (p.nb,) + glz.shape)
     for gi in range(len(p.groups) - 1, -1, -1):
         b0, b1, lo = p.groups[gi]
-        grow = RC - lo - bc[1].shape[2]
-        pad = lambda x, v=0.0: jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(grow, 0), (0, 0)], constant_values=v)
-        bc = (pad(bc[0]), pad(bc[1], 1.0), bc[2])
-        xs = _group_inputs(p, b0, b1, lo, hs, K1, K23, sh, dict(extra, m=m, glz=glz_s))
-        _, out = _alpha_scan(p, starts[gi], xs, beta, True, True)
-        a_steps = out["a"]  # [pairs, 2, ...]: the state after each step
-        # the state before each step: for the first of a pair, the second of the pair before (or the start)
-        before_first = jnp.concatenate([starts[gi][None], a_steps[:-1, 1]], axis=0)
-        xs.update(a=a_steps, Mx=out["Mx"], a_prev=jnp.stack([before_first, a_steps[:, 0]], axis=1),
-                  end=jnp.broadcast_to(jnp.asarray(p.end[lo:], jnp.int32), ((b1 - b0) // 2, 2, RC - lo)))
-        bc, (gh, gE1, gE23) = lax.scan(bbody, bc, xs, reverse=True)
-        gh, gE1, gE23 = _unpairs((gh, gE1, gE23))
-        ghs[gi], gE1s[gi], gE23s[gi] = jnp.pad(gh, [(0, 0)] * 4 + [(lo, 0), (0, 0)]), gE1, gE23
+        grow = p.rows(lo) - carry[0][0].shape[-1]
+        carry = (tuple(jnp.pad(c, [(0, 0)] * 4 + [(grow, 0)]) for c in carry[0]), carry[1])
+        g = groups[gi]
+        # the state before every step: the group's first, then the states after the steps
+        a_prev = jnp.concatenate([g["first"][None], g["a"][:-1]], axis=0)
+        t_prev = jnp.concatenate([g["tfirst"][None], g["t"][:-1]], axis=0)
+        xs = dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K1=K1[b0:b1], K23=K23[b0:b1], gy=gy[b0:b1, ..., lo * rb:],
+                  glz=glz_s[b0:b1, ..., lo * rb:], a=g["a"], t=g["t"], a_prev=a_prev, t_prev=t_prev, logS=g["logS"],
+                  end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo))))
+        carry, (gh, gE1, gE23) = _scan_pairs(step, carry, _pairs(xs), reverse=True)
+        ghs[gi], gE1s[gi], gE23s[gi] = jnp.pad(gh, [(0, 0)] * 4 + [(lo * rb, 0)]), gE1, gE23
     return jnp.concatenate(ghs, axis=0), jnp.concatenate(gE1s, axis=0), jnp.concatenate(gE23s, axis=0)
 
 
+def _step_tables(C, beta, L, k):
+    """The tables of every step: K1 with a column of ones (forward), K1 with a row of its column sums
+    (backward), K1, K23, and the log of their scale."""
+    K1, K23, sh = _tables(C, beta, L, k)
+    K1f = jnp.concatenate([K1, jnp.ones(K1.shape[:-1] + (1,), K1.dtype)], axis=-1)
+    K1b = jnp.concatenate([K1, K1.sum(-2, keepdims=True)], axis=-2)
+    return K1f, K1b, K1, K23, sh
+
+
 def _core(plan: _Plan):
-    """``(hs [nch, nb, G, O, k, RC, rb], C [nb, G, O, k, L+k], beta) -> (m, log_z, lost)`` (chunks first) with its VJP."""
+    """``(hs [nch, nb, G, O, k, R], C [nb, G, O, k, L+k], beta) -> (m, log_z, lost)`` (chunks first) with its VJP.
+    Nothing but the inputs is kept for the backward pass, which recomputes the chunk's messages."""
     p = plan
 
     def primal(hs, C, beta):
-        K1, K23, sh = _tables(C, beta, p.L, p.k)
-        return lax.map(lambda hc: _forward_chunk(p, hc, K1, K23, sh, beta), hs)
+        K1f, K1b, _, K23, sh = _step_tables(C, beta, p.L, p.k)
+        return lax.map(lambda hc: _forward_chunk(p, hc, K1f, K1b, K23, sh, beta), hs)
 
     core = jax.custom_vjp(primal)
 
     def core_fwd(hs, C, beta):
-        out = primal(hs, C, beta)
-        return out, (hs, C, beta, out[0])
+        return primal(hs, C, beta), (hs, C, beta)
 
     def core_bwd(saved, cts):
-        hs, C, beta, m = saved
+        hs, C, beta = saved
         gm, glz, _ = cts
-        K1, K23, sh = _tables(C, beta, p.L, p.k)
+        K1f, K1b, K1, K23, sh = _step_tables(C, beta, p.L, p.k)
 
         def chunk(acc, x):
-            hc, mc, gc, gzc = x
-            gh, gE1, gE23 = _backward_chunk(p, hc, K1, K23, sh, beta, mc, gc, gzc)
+            gh, gE1, gE23 = _backward_chunk(p, x[0], K1f, K1b, K1, K23, sh, beta, x[1], x[2])
             return (acc[0] + gE1, acc[1] + gE23), gh
 
         zeros = (jnp.zeros(K1.shape, K1.dtype), jnp.zeros(K23.shape, K23.dtype))
-        (gE1, gE23), gh = lax.scan(chunk, zeros, (hs, m, gm, glz))
+        (gE1, gE23), gh = lax.scan(chunk, zeros, (hs, gm, glz))
         _, vjp = jax.vjp(lambda c: _energies(c, p.L, p.k), C)
         (gC,) = vjp((gE1, gE23))
         gbeta = (jnp.sum(hs * gh) + jnp.sum(C * gC)) / beta
@@ -478,6 +498,7 @@ def blocked(h, J, beta, w: int, causal: bool, layout):
     else:
         hv = jnp.pad(hb, [(0, 0), (0, 0), (0, N - n)])[:, :, None, None]
     hs = hv.reshape(G, nch, rb, O, RC, nb, k).transpose(1, 5, 0, 3, 6, 4, 2)  # [nch, nb, G, O, k, RC, rb]
+    hs = hs.reshape(hs.shape[:-2] + (RC * rb,))  # rows (rc, rb)
 
     # couplings of step b for class o: C[b, t, u] between new spin bk+t-o and spin bk-L+u-o (u < L: the window)
     t, u = np.arange(k)[:, None], np.arange(L + k)[None, :]
@@ -489,7 +510,8 @@ def blocked(h, J, beta, w: int, causal: bool, layout):
     C = jnp.moveaxis(C, 2, 0)
 
     plan = _Plan(L, k, nb, G, O, RC, rb, causal)
-    m, log_z, lost = _core(plan)(hs, C, beta)  # [nch, nb, G, O, k, RC, rb], [nch, G, O, RC, rb]
+    m, log_z, lost = _core(plan)(hs, C, beta)  # [nch, nb, G, O, k, RC rb], [nch, G, O, RC rb]
+    m, log_z, lost = (x.reshape(x.shape[:-1] + (RC, rb)) for x in (m, log_z, lost))
 
     back = lambda x: jnp.moveaxis(x, 0, -2).reshape(x.shape[1:-1] + (Rp,))[..., :R]  # chunks -> rows
     m, log_z, lost = back(m), back(log_z), back(lost)  # [nb, G, O, k, RC, R], [G, O, RC, R]
