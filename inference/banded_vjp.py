@@ -241,8 +241,8 @@ def _unpairs(x):
     return jax.tree.map(lambda t: t.reshape((t.shape[0] * t.shape[1],) + t.shape[2:]), x)
 
 
-def _scan_pairs(step, carry, xs, reverse=False):
-    """``lax.scan`` over pairs of steps (layouts 0 and 1), outputs per step."""
+def _scan_pairs(step, carry, xs, reverse=False, paired=False):
+    """``lax.scan`` over pairs of steps (layouts 0 and 1); outputs per step, or per pair ``[n, 2, ...]`` when ``paired``."""
     def body(c, x):
         outs = [None, None]
         for q in ((1, 0) if reverse else (0, 1)):
@@ -250,35 +250,34 @@ def _scan_pairs(step, carry, xs, reverse=False):
         return c, jax.tree.map(lambda u, v: jnp.stack([u, v]), *outs)
 
     carry, out = lax.scan(body, carry, xs, reverse=reverse)
-    return carry, _unpairs(out)
+    return carry, (out if paired else _unpairs(out))
 
 
 def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
     """α (and α' when gy is given) forward through every group, unnormalized: each step's input is divided
     by its sum ``S`` inside the field factor (the GEMM gives that sum, with its column of ones).
 
-    Returns per group: the states after every step (``a``, and ``t`` for α'), the state before the group
-    (``first``, ``tfirst``), ``logS`` (log of every step's input sum), its guard flag ``fS``, the log scale
-    ``c`` after every step and ``la`` (log Σα after every step)."""
+    Returns per group: the state before every step, in pairs (``a [pairs, 2, ...]``, and ``t`` for α'), the
+    state after the group's last step (``last``, ``tlast``), ``logS`` (log of every step's input sum), its guard
+    flag ``fS``, the log scale ``c`` after every step and ``la`` (log Σα after every step)."""
     dt = hs.dtype
     tiny = float(jnp.finfo(dt).tiny)
     tangent = gy is not None
 
     def step(carry, x, q):
         a, t, c = carry
+        out = dict(a=a, t=t) if tangent else dict(a=a)
         F, srow = p.gemm(a, x["K1f"], q)
         S, fS = _guard(_ssum(srow, 2), tiny)  # [G, O, R]
         logS = jnp.log(S)
         d, dshift = _field(x["h"], beta, p.k, logS)
         kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)  # [G, O, A, C, R]
-        a = F * kd
-        out = dict(a=a, logS=logS, fS=fS)
+        a_new = F * kd
         if tangent:  # α'_b = K23 d Σ_l K1 α'_{b-1} / S + β (g·y) α_b
-            t = p.gemm(t, x["K1f"], q)[0] * kd + p.bcast_y(x["gy"], q) * a
-            out["t"] = t
+            t = p.gemm(t, x["K1f"], q)[0] * kd + p.bcast_y(x["gy"], q) * a_new
         c = c + logS + x["sh"][:, :, None] + dshift
-        out["c"] = c
-        return (a, t, c), out
+        out.update(logS=logS, fS=fS, c=c)
+        return (a_new, t, c), out
 
     a = p.initial(p.rows(0), dt)
     t = jnp.zeros_like(a) if tangent else None
@@ -287,15 +286,14 @@ def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
         cut = (lo - prev) * p.rb
         a, c = a[..., cut:], c[..., cut:]
         t = t[..., cut:] if tangent else None
-        first, tfirst = a, t
         xs = dict(h=hs[b0:b1, ..., lo * p.rb:], K1f=K1f[b0:b1], K23=K23[b0:b1], sh=sh[b0:b1])
         if tangent:
             xs["gy"] = gy[b0:b1, ..., lo * p.rb:]
-        (a, t, c), out = _scan_pairs(step, (a, t, c), _pairs(xs))
+        (a, t, c), out = _scan_pairs(step, (a, t, c), _pairs(xs), paired=True)
+        small = _unpairs({name: out.pop(name) for name in ("logS", "fS", "c")})
         # log Σα after every step: the next step's input sum, or (last step) summed here
-        last = jnp.log(_ssum(_ssum(a, 3), 2))
-        out["la"] = jnp.concatenate([out["logS"][1:], last[None]], axis=0)
-        out.update(first=first, tfirst=tfirst)
+        small["la"] = jnp.concatenate([small["logS"][1:], jnp.log(_ssum(_ssum(a, 3), 2))[None]], axis=0)
+        out.update(small, last=a, tlast=t)
         groups.append(out)
         prev = lo
     return groups
@@ -320,13 +318,13 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
         log_z = groups[-1]["c"][-1] + groups[-1]["la"][-1]
 
     def step(carry, x, q):
-        out_prev, b = carry
+        out_prev, a, b = carry  # a: α after this step (the state before the next one)
         live, start = x["end"] > b, x["end"] == b  # [R]
         st, srow = p.split(out_prev, q)
         bm = st * live.astype(dt) + start.astype(dt)  # β_b; rows not started yet: 0
         Sb = jnp.where(live, _ssum(srow, 2), jnp.where(start, float(p.nL), 0.0))
         Sb, fb = _guard(Sb, tiny)
-        proj = p.project(x["a"] * bm, q)  # [G, O, k+1, R]
+        proj = p.project(a * bm, q)  # [G, O, k+1, R]
         tot, ft = _guard(proj[:, :, k], math.sqrt(tiny))
         m = proj[:, :, :k] / tot[:, :, None]
         lost = (jnp.logaddexp(log_k_tiny + jnp.maximum(-x["logS"], 0.0) + jnp.log(Sb), log_k_tiny + x["la"]) - jnp.log(tot)
@@ -334,19 +332,20 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
         lost = jnp.where(x["end"] >= b, lost, -jnp.inf)  # rows that ended before: part of no result
         d, _ = _field(x["h"], beta, k, jnp.log(Sb))
         out = p.gemm_back(bm * (p.bcast(x["K23"], q) * p.bcast_y(d, q)), x["K1b"], q)
-        return (out, b - 1), dict(m=m, lost=lost)
+        return (out, x["a"], b - 1), dict(m=m, lost=lost)
 
     ms = [None] * len(p.groups)
     lost = jnp.full((G, O, p.rows(0)), -jnp.inf, dt)
-    carry = (p.carry0(p.rows(p.groups[-1][2]), dt), jnp.int32(p.nb - 1))
+    out_prev, b = p.carry0(p.rows(p.groups[-1][2]), dt), jnp.int32(p.nb - 1)
     for gi in range(len(p.groups) - 1, -1, -1):
         b0, b1, lo = p.groups[gi]
-        grow = p.rows(lo) - carry[0].shape[-1]  # rows that end in this group join (β = 0 until their last step)
-        carry = (jnp.pad(carry[0], [(0, 0)] * 4 + [(grow, 0)]), carry[1])
+        grow = p.rows(lo) - out_prev.shape[-1]  # rows that end in this group join (β = 0 until their last step)
+        out_prev = jnp.pad(out_prev, [(0, 0)] * 4 + [(grow, 0)])
         g = groups[gi]
-        xs = dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K23=K23[b0:b1], a=g["a"], logS=g["logS"], fS=g["fS"],
-                  la=g["la"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo))))
-        carry, out = _scan_pairs(step, carry, _pairs(xs), reverse=True)
+        xs = _pairs(dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K23=K23[b0:b1], logS=g["logS"], fS=g["fS"],
+                         la=g["la"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
+        xs["a"] = g["a"]  # the state before every step, paired
+        (out_prev, _, b), out = _scan_pairs(step, (out_prev, g["last"], b), xs, reverse=True)
         ms[gi] = jnp.pad(out["m"], [(0, 0)] * 4 + [(lo * rb, 0)])
         lost = jnp.logaddexp(lost, jnp.pad(jax.nn.logsumexp(out["lost"], axis=0), [(0, 0)] * 2 + [(lo * rb, 0)],
                                            constant_values=-jnp.inf))
@@ -366,14 +365,13 @@ def _backward_chunk(p: _Plan, hs, K1f, K1b, K1, K23, sh, beta, gm, glz):
     groups = _alpha_pass(p, hs, K1f, K23, sh, beta, gy)
 
     def step(carry, x, q):
-        (out0, out1), b = carry
+        (out0, out1), (a0, a1), b = carry  # [α, α'] after this step
         live, start = (x["end"] > b).astype(dt), (x["end"] == b).astype(dt)
         st0, srow = p.split(out0, q)
         st1, _ = p.split(out1, q)
         b0, b1 = st0 * live + start, st1 * live  # β_b, β'_b (0 at the row's last step and before)
         Sb = live * _ssum(srow, 2) + start * float(p.nL)
         Sb, _ = _guard(Sb, tiny)
-        a0, a1 = x["a"], x["t"]
         XP, XW = a0 * b0, a1 * b0 + a0 * b1
         pP, pW = p.project(XP, q), p.project(XW, q)  # [G, O, k+1, R]
         tot, _ = _guard(pP[:, :, k], math.sqrt(tiny))
@@ -392,26 +390,24 @@ def _backward_chunk(p: _Plan, hs, K1f, K1b, K1, K23, sh, beta, gm, glz):
         scale = jnp.where(jnp.isfinite(scale), scale, 0.0)  # rows whose values are unused
         w0 = (v1 + v0 * rho[:, :, None, None]) * scale[:, :, None, None]
         w1 = v0 * scale[:, :, None, None]
-        gK1 = p.rows_gemm(x["a_prev"], w0, q) + p.rows_gemm(x["t_prev"], w1, q)
+        gK1 = p.rows_gemm(x["a"], w0, q) + p.rows_gemm(x["t"], w1, q)  # x: [α, α'] before this step
         out = (p.gemm_back(v0, x["K1b"], q), p.gemm_back(v1, x["K1b"], q))
-        return (out, b - 1), (gh, x["K1"] * gK1, gE23)
+        return (out, (x["a"], x["t"]), b - 1), (gh, x["K1"] * gK1, gE23)
 
     ghs, gE1s, gE23s = [None] * len(p.groups), [None] * len(p.groups), [None] * len(p.groups)
     z = p.carry0(p.rows(p.groups[-1][2]), dt)
-    carry = ((z, z), jnp.int32(p.nb - 1))
+    outs, b = (z, z), jnp.int32(p.nb - 1)
     glz_s = jnp.broadcast_to(glz, (p.nb,) + glz.shape)
     for gi in range(len(p.groups) - 1, -1, -1):
         b0, b1, lo = p.groups[gi]
-        grow = p.rows(lo) - carry[0][0].shape[-1]
-        carry = (tuple(jnp.pad(c, [(0, 0)] * 4 + [(grow, 0)]) for c in carry[0]), carry[1])
+        grow = p.rows(lo) - outs[0].shape[-1]
+        outs = tuple(jnp.pad(c, [(0, 0)] * 4 + [(grow, 0)]) for c in outs)
         g = groups[gi]
-        # the state before every step: the group's first, then the states after the steps
-        a_prev = jnp.concatenate([g["first"][None], g["a"][:-1]], axis=0)
-        t_prev = jnp.concatenate([g["tfirst"][None], g["t"][:-1]], axis=0)
-        xs = dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K1=K1[b0:b1], K23=K23[b0:b1], gy=gy[b0:b1, ..., lo * rb:],
-                  glz=glz_s[b0:b1, ..., lo * rb:], a=g["a"], t=g["t"], a_prev=a_prev, t_prev=t_prev, logS=g["logS"],
-                  end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo))))
-        carry, (gh, gE1, gE23) = _scan_pairs(step, carry, _pairs(xs), reverse=True)
+        xs = _pairs(dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K1=K1[b0:b1], K23=K23[b0:b1],
+                         gy=gy[b0:b1, ..., lo * rb:], glz=glz_s[b0:b1, ..., lo * rb:], logS=g["logS"],
+                         end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
+        xs.update(a=g["a"], t=g["t"])  # [α, α'] before every step, paired
+        (outs, _, b), (gh, gE1, gE23) = _scan_pairs(step, (outs, (g["last"], g["tlast"]), b), xs, reverse=True)
         ghs[gi], gE1s[gi], gE23s[gi] = jnp.pad(gh, [(0, 0)] * 4 + [(lo * rb, 0)]), gE1, gE23
     return jnp.concatenate(ghs, axis=0), jnp.concatenate(gE1s, axis=0), jnp.concatenate(gE23s, axis=0)
 
