@@ -185,7 +185,8 @@ class _Plan:
             return lax.dot_general(prev.reshape(G, O, A, C * R), yq.reshape(G, O, A, C * R),
                                    (((3,), (3,)), ((0, 1), (0, 1))))
         out = lax.dot_general(prev, yq, (((4,), (4,)), ((0, 1, 2), (0, 1, 2))))  # prev (s, l), yq (s, y)
-        return out.sum(2)
+        # the sum over s apart: XLA:CPU fuses it into the dot as a slow kernel (40x)
+        return _ssum(lax.optimization_barrier(out), 2)
 
     def project(self, X, q):
         """``X [G, O, A, C, R]`` -> ``[G, O, k+1, R]``: ``Σ_x y_t(x) X(x)`` and ``Σ_x X(x)``."""
