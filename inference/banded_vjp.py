@@ -51,7 +51,8 @@ pass; its reduce over a major axis is slow on the CPU).
 the ``k`` offsets are ``k`` classes of rows with their own (shifted) tables, and no step needs a
 table for a partial block. A row that has ended carries ``β = 0`` from then on, so it
 contributes nothing. Each group of steps runs over the rows still live at its first step
-(work ``(1 + 1/G) / 2`` of full chains for ``G = CAUSAL_GROUPS`` groups).
+(work ``(1 + 1/G) / 2`` of full chains for ``G`` groups: ``banded_blocked.CAUSAL_GROUPS``, twice that from
+``LONG_CHAIN`` steps on).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ from jax import lax
 
 from isingattn.energy import spin_table
 
-CAUSAL_GROUPS = 8  # causal: groups of steps over the rows still live, work (1 + 1/G)/2 of full chains
+# causal: groups of steps, each over the rows still live at its start: work (1 + 1/G)/2 of full chains, and
+# G scans per pass to compile. Chains of 32 steps or more (T = 128 at w = 8) get twice banded_blocked's.
+LONG_CHAIN = 32
 CHUNK_BYTES = 1 << 18  # messages per step and chunk of rows (L2-sized): buffers reused chunk after chunk
 
 
@@ -117,7 +120,8 @@ class _Plan:
         self.nk, self.ns, self.nL = 2**k, 2 ** (L - k), 2**L
         self.alt = self.ns > 1
         pairs = nb // 2
-        ng = min(CAUSAL_GROUPS, pairs) if causal else 1
+        from isingattn.inference.banded_blocked import CAUSAL_GROUPS
+        ng = min(CAUSAL_GROUPS * (2 if nb >= LONG_CHAIN else 1), pairs) if causal else 1
         bounds = [2 * ((g * pairs) // ng) for g in range(ng + 1)]
         # causal: row rc ends at step rc, and the rows live in group g are rc >= its first step
         self.groups = [(b0, b1, b0 if causal else 0) for b0, b1 in zip(bounds[:-1], bounds[1:])]
