@@ -6,8 +6,8 @@ tests/test_transformer_layers.py checks that today's code still gives these bit 
 Rounding depends on the XLA build and flags, so the file records them (``env``). It was
 written once from the repository root with the Transformer of commit ea047a5:
 
-    git show ea047a5:models/transformer.py > /tmp/transformer_ea047a5.py
-    python tests/data/make_transformer_reference.py /tmp/transformer_ea047a5.py
+    git show ea047a5:models/transformer.py > transformer_ea047a5.py
+    python tests/data/make_transformer_reference.py transformer_ea047a5.py
 """
 
 import importlib.util
