@@ -184,7 +184,7 @@ _BOOL = ["yes", 1, None]
 
 CASES = [  # (engine, setting, bad values)
     (Exact, "max_n", _COUNT), (Exact, "corr", _BOOL),
-    (Banded, "bandwidth", _COUNT + [21]), (Banded, "corr", _BOOL), (Banded, "path", ["fast", 3, None]),
+    (Banded, "bandwidth", [b for b in _COUNT if b is not None] + [21]),  # None: read from the model (Banded, "corr", _BOOL), (Banded, "path", ["fast", 3, None]),
     (MeanField, "method", ["loopy", 3, None]), (MeanField, "damping", [-0.1, 1.0, float("nan"), "0.5", True, None]),
     (MeanField, "max_iter", _COUNT), (MeanField, "tol", _POS), (MeanField, "corr", _BOOL),
     (Gibbs, "num_warmup", _COUNT0), (Gibbs, "num_samples", _COUNT), (Gibbs, "num_chains", _COUNT),
