@@ -175,6 +175,20 @@ class _Plan:
         Kb = jnp.broadcast_to(K[:, :, None], (G, O, A) + K.shape[2:])  # y trails
         return lax.dot_general(Kb, v, (((4,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, nk+1, R]
 
+    def gemm_plain_back(self, v, K1, q):
+        """Backward at step b: ``v`` in layout q and ``K1 [G, O, l, y]`` -> ``Σ_y K1(l, y) v(s, y)``, the state after
+        step b-1 (layout 1-q)."""
+        G, O, A, C, R = v.shape
+        if self.first(q):  # y leads
+            out = lax.dot_general(K1, v.reshape(G, O, A, C * R), (((3,), (2,)), ((0, 1), (0, 1))))
+            return out.reshape(G, O, self.nk, C, R)
+        Kb = jnp.broadcast_to(K1[:, :, None], (G, O, A) + K1.shape[2:])  # y trails
+        return lax.dot_general(Kb, v, (((4,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, l, R]
+
+    def state_shape(self, q, R):
+        A, C = ((self.nk, self.ns) if q == 0 else (self.ns, self.nk)) if self.alt else (self.nk, 1)
+        return (self.G, self.O, A, C, R)
+
     def split(self, out, q):
         """``gemm_back``'s output at step b+1 -> the state after step b (layout q) and its sums ``[G, O, ns, R]``."""
         nk = self.nk
@@ -279,7 +293,9 @@ def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
         kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)  # [G, O, A, C, R]
         a_new = F * kd
         if tangent:  # α'_b = K23 d Σ_l K1 α'_{b-1} / S + β (g·y) α_b
-            t = p.gemm(t, x["K1f"], q)[0] * kd + p.bcast_y(x["gy"], q) * a_new
+            Ft, trow = p.gemm(t, x["K1f"], q)
+            t = Ft * kd + p.bcast_y(x["gy"], q) * a_new
+            out["ts"] = _ssum(trow, 2)  # Σ α'_{b-1}, on α's scale
         c = c + logS + x["sh"][:, :, None] + dshift
         out.update(logS=logS, fS=fS, c=c)
         return (a_new, t, c), out
@@ -295,9 +311,11 @@ def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
         if tangent:
             xs["gy"] = gy[b0:b1, ..., lo * p.rb:]
         (a, t, c), out = _scan_pairs(step, (a, t, c), _pairs(xs), paired=True)
-        small = _unpairs({name: out.pop(name) for name in ("logS", "fS", "c")})
-        # log Σα after every step: the next step's input sum, or (last step) summed here
+        small = _unpairs({name: out.pop(name) for name in ("logS", "fS", "c") + (("ts",) if tangent else ())})
+        # log Σα (and Σα') after every step: the next step's input sums, or (last step) summed here
         small["la"] = jnp.concatenate([small["logS"][1:], jnp.log(_ssum(_ssum(a, 3), 2))[None]], axis=0)
+        if tangent:
+            small["ts"] = jnp.concatenate([small["ts"][1:], _ssum(_ssum(t, 3), 2)[None]], axis=0)
         out.update(small, last=a, tlast=t)
         groups.append(out)
         prev = lo
@@ -359,60 +377,67 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
     return m, log_z, jnp.where(jnp.isnan(lost), jnp.inf, lost)
 
 
-def _backward_chunk(p: _Plan, hs, K1f, K1b, K1, K23, sh, beta, gm, glz):
+def _at_end(p: _Plan, groups, name):
+    """Per row, the value of the per-step quantity ``name`` at the row's last step -> ``[G, O, R]``."""
+    if not p.causal:
+        return groups[-1][name][-1]
+    rb, vals = p.rb, []
+    for (b0, b1, lo), out in zip(p.groups, groups):
+        i = np.arange(b1 - b0)
+        rows = ((i + b0 - lo) * rb)[:, None] + np.arange(rb)[None]  # [steps, rb] rows that end at each step
+        vals.append(out[name][i[:, None], :, :, rows])  # [steps, rb, G, O]
+    return jnp.concatenate(vals).transpose(2, 3, 0, 1).reshape(p.G, p.O, p.rows(0))
+
+
+def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
     """VJP of one chunk's (m, log_z) for cotangents gm [nb, G, O, k, R], glz [G, O, R]. Returns gh (like hs) and
     the cotangents of every step's energies, gE1 [nb, G, O, 2^k, 2^k] and gE23 [nb, G, O, 2^(L-k), 2^k], summed
-    over the chunk's rows."""
+    over the chunk's rows.
+
+    β is normalized by ``Σ_x α_b β_b = 1`` (at a row's last step ``Σα``, where β = 1), which every transition
+    carries over: dividing step b's backward factor by ``S_{b-1} z_b`` (known from the α pass) keeps it, so no
+    sum over states is taken here. The tangent is carried shifted, ``β̃' = β' + ρ β`` with the per-row constant
+    ``ρ = β ḡ_{log Z} - E[βG]`` (``E[βG] = Σα'/Σα`` at the row's last step): it obeys β''s recursion and starts
+    at ρ, and it turns the centred statistics into plain ones: ``ḡ_h = Σ_x y (α' β + α β̃') / z``, the window's
+    couplings ``Σ_rows (α' β + α β̃') / z``, and the leaving ones ``K1 ⊙ Σ_rows α_{b-1} ⊗ V' + α'_{b-1} ⊗ V``
+    with ``V = K23 d β / (S z)`` and ``V' = K23 d (β̃' + β (g·y) β) / (S z)``, the vectors the backward GEMMs take."""
     dt = hs.dtype
     k, rb = p.k, p.rb
-    tiny = float(jnp.finfo(dt).tiny)
     gy = beta * _spin_dot(gm, k, 3)  # β (g_b·y): [nb, G, O, y, R]
     groups = _alpha_pass(p, hs, K1f, K23, sh, beta, gy)
+    la_end = _at_end(p, groups, "la")
+    rho = beta * glz - _at_end(p, groups, "ts") * jnp.exp(-la_end)  # β ḡ_{log Z} - E[βG]
+    sz_end = jnp.exp(la_end)  # z at the last step: Σα there (β = 1)
 
-    def step(carry, x, q):
-        (out0, out1), (a0, a1), b = carry  # [α, α'] after this step
-        live, start = (x["end"] > b).astype(dt), (x["end"] == b).astype(dt)
-        st0, srow = p.split(out0, q)
-        st1, _ = p.split(out1, q)
-        b0, b1 = st0 * live + start, st1 * live  # β_b, β'_b (0 at the row's last step and before)
-        Sb = live * _ssum(srow, 2) + start * float(p.nL)
-        Sb, _ = _guard(Sb, tiny)
-        XP, XW = a0 * b0, a1 * b0 + a0 * b1
-        pP, pW = p.project(XP, q), p.project(XW, q)  # [G, O, k+1, R]
-        tot, _ = _guard(pP[:, :, k], math.sqrt(tiny))
-        m = pP[:, :, :k] / tot[:, :, None]
-        EG = pW[:, :, k] / tot  # E[βG]
-        rho = beta * x["glz"] - EG
-        gh = pW[:, :, :k] / tot[:, :, None] + m * rho[:, :, None]
-        # couplings inside the window (s, y): Σ_rows (X_W + ρ X_P) / tot
-        gE23 = p.window_sums(XW, 1.0 / tot, q) + p.window_sums(XP, rho / tot, q)
-        d, _ = _field(x["h"], beta, k, jnp.log(Sb))
+    def step(carry, x, q, rho, sz_end):
+        (o0, o1), (a0, a1), b = carry  # β, β̃' made by the step after this one (0 before a row's end); [α, α'] here
+        start = (x["end"] == b).astype(dt)
+        b0, b1 = o0 + start, o1 + (start * rho)[:, :, None, None]  # the rows that end here: β = 1, β̃' = ρ
+        z = jnp.where(x["end"] == b, sz_end, 1.0)
+        XW = a1 * b0 + a0 * b1  # z × (tangent of the window's distribution)
+        gh = p.project(XW, q)[:, :, :k] / z[:, :, None]
+        gE23 = p.window_sums(XW, 1.0 / z, q)  # couplings inside the window (s, y)
+        d, _ = _field(x["h"], beta, k, x["logS"] + jnp.log(z))  # the step's factor over S_{b-1} z_b
         kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)
-        v0 = b0 * kd  # V = K23 d β / Sβ
-        v1 = (b1 + p.bcast_y(x["gy"], q) * b0) * kd  # V' = K23 d (β' + β (g·y) β) / Sβ
-        # couplings between l and y: Σ_rows α_{b-1} ⊗ (V' + ρ V) + α'_{b-1} ⊗ V, times Sβ_b / (S_{b-1} tot_b)
-        scale = jnp.exp(jnp.log(Sb) - x["logS"]) / tot
-        scale = jnp.where(jnp.isfinite(scale), scale, 0.0)  # rows whose values are unused
-        w0 = (v1 + v0 * rho[:, :, None, None]) * scale[:, :, None, None]
-        w1 = v0 * scale[:, :, None, None]
-        gK1 = p.rows_gemm(x["a"], w0, q) + p.rows_gemm(x["t"], w1, q)  # x: [α, α'] before this step
-        out = (p.gemm_back(v0, x["K1b"], q), p.gemm_back(v1, x["K1b"], q))
+        v0 = b0 * kd  # V
+        v1 = (b1 + p.bcast_y(x["gy"], q) * b0) * kd  # V'
+        gK1 = p.rows_gemm(x["a"], v1, q) + p.rows_gemm(x["t"], v0, q)  # x: [α, α'] before this step
+        out = (p.gemm_plain_back(v0, x["K1"], q), p.gemm_plain_back(v1, x["K1"], q))
         return (out, (x["a"], x["t"]), b - 1), (gh, x["K1"] * gK1, gE23)
 
     ghs, gE1s, gE23s = [None] * len(p.groups), [None] * len(p.groups), [None] * len(p.groups)
-    z = p.carry0(p.rows(p.groups[-1][2]), dt)
-    outs, b = (z, z), jnp.int32(p.nb - 1)
-    glz_s = jnp.broadcast_to(glz, (p.nb,) + glz.shape)
+    z0 = jnp.zeros(p.state_shape(1, p.rows(p.groups[-1][2])), dt)
+    outs, b = (z0, z0), jnp.int32(p.nb - 1)
     for gi in range(len(p.groups) - 1, -1, -1):
         b0, b1, lo = p.groups[gi]
-        grow = p.rows(lo) - outs[0].shape[-1]
+        grow = p.rows(lo) - outs[0].shape[-1]  # rows that end in this group join (β = 0 until their last step)
         outs = tuple(jnp.pad(c, [(0, 0)] * 4 + [(grow, 0)]) for c in outs)
         g = groups[gi]
-        xs = _pairs(dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K1=K1[b0:b1], K23=K23[b0:b1],
-                         gy=gy[b0:b1, ..., lo * rb:], glz=glz_s[b0:b1, ..., lo * rb:], logS=g["logS"],
-                         end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
+        xs = _pairs(dict(h=hs[b0:b1, ..., lo * rb:], K1=K1[b0:b1], K23=K23[b0:b1], gy=gy[b0:b1, ..., lo * rb:],
+                         logS=g["logS"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
         xs.update(a=g["a"], t=g["t"])  # [α, α'] before every step, paired
-        (outs, _, b), (gh, gE1, gE23) = _scan_pairs(step, (outs, (g["last"], g["tlast"]), b), xs, reverse=True)
+        step_g = partial(step, rho=rho[..., lo * rb:], sz_end=sz_end[..., lo * rb:])  # this group's rows
+        (outs, _, b), (gh, gE1, gE23) = _scan_pairs(step_g, (outs, (g["last"], g["tlast"]), b), xs, reverse=True)
         ghs[gi], gE1s[gi], gE23s[gi] = jnp.pad(gh, [(0, 0)] * 4 + [(lo * rb, 0)]), gE1, gE23
     return jnp.concatenate(ghs, axis=0), jnp.concatenate(gE1s, axis=0), jnp.concatenate(gE23s, axis=0)
 
@@ -446,7 +471,7 @@ def _core(plan: _Plan):
         K1f, K1b, K1, K23, sh = _step_tables(C, beta, p.L, p.k)
 
         def chunk(acc, x):
-            gh, gE1, gE23 = _backward_chunk(p, x[0], K1f, K1b, K1, K23, sh, beta, x[1], x[2])
+            gh, gE1, gE23 = _backward_chunk(p, x[0], K1f, K1, K23, sh, beta, x[1], x[2])
             return (acc[0] + gE1, acc[1] + gE23), gh
 
         zeros = (jnp.zeros(K1.shape, K1.dtype), jnp.zeros(K23.shape, K23.dtype))
