@@ -245,10 +245,17 @@ def _spin_dot(h, k, axis):
     return out
 
 
-def _field(hb, beta, k, log_s):
-    """``hb [G, O, k, R]`` -> ``exp(β h·y - β Σ|h| - log_s)`` ``[G, O, 2^k (y), R]`` and ``β Σ|h|``."""
-    dshift = beta * jnp.abs(hb).sum(2)
-    return jnp.exp(beta * _spin_dot(hb, k, 2) - (dshift + log_s)[:, :, None]), dshift
+def _fields(hs, beta, k):
+    """The field factors of every step: ``hs [nb, G, O, k, R]`` -> ``exp(β h·y - β Σ|h|)`` ``[nb, G, O, 2^k (y), R]``
+    (max 1) and the log of the scale taken out, ``β Σ|h|`` ``[nb, G, O, R]``. Computed once per pass, outside the
+    loops: a step divides them by its per-row normalizer."""
+    dshift = beta * jnp.abs(hs).sum(3)
+    return jnp.exp(beta * _spin_dot(hs, k, 3) - dshift[:, :, :, None]), dshift
+
+
+def _over(e, log_s):
+    """``e [G, O, y, R]`` divided by ``exp(log_s)`` ``[G, O, R]``."""
+    return e * jnp.exp(-log_s)[:, :, None]
 
 
 def _pairs(x):
@@ -272,14 +279,14 @@ def _scan_pairs(step, carry, xs, reverse=False, paired=False):
     return carry, (out if paired else _unpairs(out))
 
 
-def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
+def _alpha_pass(p: _Plan, es, dshift, K1f, K23, sh, gy=None):
     """α (and α' when gy is given) forward through every group, unnormalized: each step's input is divided
     by its sum ``S`` inside the field factor (the GEMM gives that sum, with its column of ones).
 
     Returns per group: the state before every step, in pairs (``a [pairs, 2, ...]``, and ``t`` for α'), the
     state after the group's last step (``last``, ``tlast``), ``logS`` (log of every step's input sum), its guard
     flag ``fS``, the log scale ``c`` after every step and ``la`` (log Σα after every step)."""
-    dt = hs.dtype
+    dt = es.dtype
     tiny = float(jnp.finfo(dt).tiny)
     tangent = gy is not None
 
@@ -289,14 +296,13 @@ def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
         F, srow = p.gemm(a, x["K1f"], q)
         S, fS = _guard(_ssum(srow, 2), tiny)  # [G, O, R]
         logS = jnp.log(S)
-        d, dshift = _field(x["h"], beta, p.k, logS)
-        kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)  # [G, O, A, C, R]
+        kd = p.bcast(x["K23"], q) * p.bcast_y(_over(x["e"], logS), q)  # [G, O, A, C, R]
         a_new = F * kd
         if tangent:  # α'_b = K23 d Σ_l K1 α'_{b-1} / S + β (g·y) α_b
             Ft, trow = p.gemm(t, x["K1f"], q)
             t = Ft * kd + p.bcast_y(x["gy"], q) * a_new
             out["ts"] = _ssum(trow, 2)  # Σ α'_{b-1}, on α's scale
-        c = c + logS + x["sh"][:, :, None] + dshift
+        c = c + logS + x["sh"][:, :, None] + x["dshift"]
         out.update(logS=logS, fS=fS, c=c)
         return (a_new, t, c), out
 
@@ -307,7 +313,8 @@ def _alpha_pass(p: _Plan, hs, K1f, K23, sh, beta, gy=None):
         cut = (lo - prev) * p.rb
         a, c = a[..., cut:], c[..., cut:]
         t = t[..., cut:] if tangent else None
-        xs = dict(h=hs[b0:b1, ..., lo * p.rb:], K1f=K1f[b0:b1], K23=K23[b0:b1], sh=sh[b0:b1])
+        xs = dict(e=es[b0:b1, ..., lo * p.rb:], dshift=dshift[b0:b1, ..., lo * p.rb:], K1f=K1f[b0:b1], K23=K23[b0:b1],
+                  sh=sh[b0:b1])
         if tangent:
             xs["gy"] = gy[b0:b1, ..., lo * p.rb:]
         (a, t, c), out = _scan_pairs(step, (a, t, c), _pairs(xs), paired=True)
@@ -328,17 +335,9 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
     G, O, k, nk, rb = p.G, p.O, p.k, p.nk, p.rb
     tiny = float(jnp.finfo(dt).tiny)
     log_k_tiny = math.log((2 * nk + 1) * tiny)  # per entry: 2^k flushed products, the tables' own flushes
-    groups = _alpha_pass(p, hs, K1f, K23, sh, beta)
-
-    if p.causal:  # row rc ends at step rc: log Z = c + log Σα there
-        lz = []
-        for (b0, b1, lo), out in zip(p.groups, groups):
-            i = np.arange(b1 - b0)
-            rows = ((i + b0 - lo) * rb)[:, None] + np.arange(rb)[None]  # [steps, rb] rows that end at each step
-            lz.append((out["c"] + out["la"])[i[:, None], :, :, rows])  # [steps, rb, G, O]
-        log_z = jnp.concatenate(lz).transpose(2, 3, 0, 1).reshape(G, O, p.rows(0))
-    else:
-        log_z = groups[-1]["c"][-1] + groups[-1]["la"][-1]
+    es, dshift = _fields(hs, beta, k)
+    groups = _alpha_pass(p, es, dshift, K1f, K23, sh)
+    log_z = _at_end(p, groups, "c") + _at_end(p, groups, "la")  # log Z = c + log Σα at the row's last step
 
     def step(carry, x, q):
         out_prev, a, b = carry  # a: α after this step (the state before the next one)
@@ -347,15 +346,13 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
         bm = st * live.astype(dt) + start.astype(dt)  # β_b; rows not started yet: 0
         Sb = jnp.where(live, _ssum(srow, 2), jnp.where(start, float(p.nL), 0.0))
         Sb, fb = _guard(Sb, tiny)
+        logSb = jnp.log(Sb)
         proj = p.project(a * bm, q)  # [G, O, k+1, R]
         tot, ft = _guard(proj[:, :, k], math.sqrt(tiny))
         m = proj[:, :, :k] / tot[:, :, None]
-        lost = (jnp.logaddexp(log_k_tiny + jnp.maximum(-x["logS"], 0.0) + jnp.log(Sb), log_k_tiny + x["la"]) - jnp.log(tot)
-                + ft + x["fS"] + jnp.where(live, fb, 0.0))
-        lost = jnp.where(x["end"] >= b, lost, -jnp.inf)  # rows that ended before: part of no result
-        d, _ = _field(x["h"], beta, k, jnp.log(Sb))
-        out = p.gemm_back(bm * (p.bcast(x["K23"], q) * p.bcast_y(d, q)), x["K1b"], q)
-        return (out, x["a"], b - 1), dict(m=m, lost=lost)
+        out = p.gemm_back(bm * (p.bcast(x["K23"], q) * p.bcast_y(_over(x["e"], logSb), q)), x["K1b"], q)
+        # for the underflow bound (computed after the loop): log Σβ and log z, with their guard flags
+        return (out, x["a"], b - 1), dict(m=m, lb=logSb + jnp.where(live, fb, 0.0), lt=jnp.log(tot) - ft)
 
     ms = [None] * len(p.groups)
     lost = jnp.full((G, O, p.rows(0)), -jnp.inf, dt)
@@ -365,12 +362,18 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
         grow = p.rows(lo) - out_prev.shape[-1]  # rows that end in this group join (β = 0 until their last step)
         out_prev = jnp.pad(out_prev, [(0, 0)] * 4 + [(grow, 0)])
         g = groups[gi]
-        xs = _pairs(dict(h=hs[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K23=K23[b0:b1], logS=g["logS"], fS=g["fS"],
-                         la=g["la"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
+        end = jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))
+        xs = _pairs(dict(e=es[b0:b1, ..., lo * rb:], K1b=K1b[b0:b1], K23=K23[b0:b1], end=end))
         xs["a"] = g["a"]  # the state before every step, paired
         (out_prev, _, b), out = _scan_pairs(step, (out_prev, g["last"], b), xs, reverse=True)
         ms[gi] = jnp.pad(out["m"], [(0, 0)] * 4 + [(lo * rb, 0)])
-        lost = jnp.logaddexp(lost, jnp.pad(jax.nn.logsumexp(out["lost"], axis=0), [(0, 0)] * 2 + [(lo * rb, 0)],
+        # the bound: flushed in α (products of the step's inputs, relative to S_{b-1}) weighted by β, and
+        # flushed in β weighted by α, relative to z; rows that ended before a step are part of no result
+        steps = np.arange(b0, b1)[:, None]
+        ls = (jnp.logaddexp(log_k_tiny + jnp.maximum(-g["logS"], 0.0) + out["lb"], log_k_tiny + g["la"]) - out["lt"]
+              + g["fS"])
+        ls = jnp.where((p.end_rows(lo)[None] >= steps)[:, None, None], ls, -jnp.inf)
+        lost = jnp.logaddexp(lost, jnp.pad(jax.nn.logsumexp(ls, axis=0), [(0, 0)] * 2 + [(lo * rb, 0)],
                                            constant_values=-jnp.inf))
     m = jnp.concatenate(ms, axis=0)
     lost = lax.stop_gradient(lost)
@@ -404,7 +407,8 @@ def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
     dt = hs.dtype
     k, rb = p.k, p.rb
     gy = beta * _spin_dot(gm, k, 3)  # β (g_b·y): [nb, G, O, y, R]
-    groups = _alpha_pass(p, hs, K1f, K23, sh, beta, gy)
+    es, dshift = _fields(hs, beta, k)
+    groups = _alpha_pass(p, es, dshift, K1f, K23, sh, gy)
     la_end = _at_end(p, groups, "la")
     rho = beta * glz - _at_end(p, groups, "ts") * jnp.exp(-la_end)  # β ḡ_{log Z} - E[βG]
     sz_end = jnp.exp(la_end)  # z at the last step: Σα there (β = 1)
@@ -417,8 +421,7 @@ def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
         XW = a1 * b0 + a0 * b1  # z × (tangent of the window's distribution)
         gh = p.project(XW, q)[:, :, :k] / z[:, :, None]
         gE23 = p.window_sums(XW, 1.0 / z, q)  # couplings inside the window (s, y)
-        d, _ = _field(x["h"], beta, k, x["logS"] + jnp.log(z))  # the step's factor over S_{b-1} z_b
-        kd = p.bcast(x["K23"], q) * p.bcast_y(d, q)
+        kd = p.bcast(x["K23"], q) * p.bcast_y(_over(x["e"], x["logS"] + jnp.log(z)), q)  # the factor over S_{b-1} z_b
         v0 = b0 * kd  # V
         v1 = (b1 + p.bcast_y(x["gy"], q) * b0) * kd  # V'
         gK1 = p.rows_gemm(x["a"], v1, q) + p.rows_gemm(x["t"], v0, q)  # x: [α, α'] before this step
@@ -433,7 +436,7 @@ def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
         grow = p.rows(lo) - outs[0].shape[-1]  # rows that end in this group join (β = 0 until their last step)
         outs = tuple(jnp.pad(c, [(0, 0)] * 4 + [(grow, 0)]) for c in outs)
         g = groups[gi]
-        xs = _pairs(dict(h=hs[b0:b1, ..., lo * rb:], K1=K1[b0:b1], K23=K23[b0:b1], gy=gy[b0:b1, ..., lo * rb:],
+        xs = _pairs(dict(e=es[b0:b1, ..., lo * rb:], K1=K1[b0:b1], K23=K23[b0:b1], gy=gy[b0:b1, ..., lo * rb:],
                          logS=g["logS"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
         xs.update(a=g["a"], t=g["t"])  # [α, α'] before every step, paired
         step_g = partial(step, rho=rho[..., lo * rb:], sz_end=sz_end[..., lo * rb:])  # this group's rows
