@@ -248,9 +248,18 @@ def _spin_dot(h, k, axis):
 def _fields(hs, beta, k):
     """The field factors of every step: ``hs [nb, G, O, k, R]`` -> ``exp(β h·y - β Σ|h|)`` ``[nb, G, O, 2^k (y), R]``
     (max 1) and the log of the scale taken out, ``β Σ|h|`` ``[nb, G, O, R]``. Computed once per pass, outside the
-    loops: a step divides them by its per-row normalizer."""
-    dshift = beta * jnp.abs(hs).sum(3)
-    return jnp.exp(beta * _spin_dot(hs, k, 3) - dshift[:, :, :, None]), dshift
+    loops (a step divides them by its per-row normalizer), as products of one factor per spin,
+    ``exp(β h_t y_t - β |h_t|) ∈ {1, exp(-2β|h_t|)}``: k exponentials per step and row instead of 2^k."""
+    ah = beta * jnp.abs(hs)
+    u = jnp.exp(-2.0 * ah)  # [nb, G, O, k, R]
+    pos = hs >= 0
+    d = None
+    for t in range(k):  # spin t is bit k-1-t of y (bit 0: +1): each spin halves the blocks of the ones before
+        up, dn = jnp.where(pos[:, :, :, t], 1.0, u[:, :, :, t]), jnp.where(pos[:, :, :, t], u[:, :, :, t], 1.0)
+        pair = jnp.stack([up, dn], axis=3)  # [nb, G, O, 2, R]
+        d = pair if d is None else (d[:, :, :, :, None] * pair[:, :, :, None]).reshape(
+            d.shape[:3] + (2 * d.shape[3],) + d.shape[4:])
+    return d, sum(ah[:, :, :, t] for t in range(k))  # slices, not a reduce: XLA:CPU's is slow here
 
 
 def _over(e, log_s):
