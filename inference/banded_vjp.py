@@ -418,11 +418,15 @@ def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
     gy = beta * _spin_dot(gm, k, 3)  # β (g_b·y): [nb, G, O, y, R]
     es, dshift = _fields(hs, beta, k)
     groups = _alpha_pass(p, es, dshift, K1f, K23, sh, gy)
+    # Rows with a zero cotangent contribute exactly zero: their factors are set to 0 outright, so that a row
+    # whose messages under- or overflowed (one the sweep replaces) cannot feed 0·inf into the sums over rows.
+    on = jnp.any(gm != 0, axis=(0, 3)) | (glz != 0)  # [G, O, R]
     la_end = _at_end(p, groups, "la")
-    rho = beta * glz - _at_end(p, groups, "ts") * jnp.exp(-la_end)  # β ḡ_{log Z} - E[βG]
-    sz_end = jnp.exp(la_end)  # z at the last step: Σα there (β = 1)
+    rho = jnp.where(on, beta * glz - _at_end(p, groups, "ts") * jnp.exp(-la_end), 0.0)  # β ḡ_{log Z} - E[βG]
+    sz_end = jnp.where(on, jnp.exp(la_end), 1.0)  # z at the last step: Σα there (β = 1)
+    on = on.astype(dt)
 
-    def step(carry, x, q, rho, sz_end):
+    def step(carry, x, q, rho, sz_end, on):
         (o0, o1), (a0, a1), b = carry  # β, β̃' made by the step after this one (0 before a row's end); [α, α'] here
         start = (x["end"] == b).astype(dt)
         b0, b1 = o0 + start, o1 + (start * rho)[:, :, None, None]  # the rows that end here: β = 1, β̃' = ρ
@@ -430,7 +434,8 @@ def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
         XW = a1 * b0 + a0 * b1  # z × (tangent of the window's distribution)
         gh = p.project(XW, q)[:, :, :k] / z[:, :, None]
         gE23 = p.window_sums(XW, 1.0 / z, q)  # couplings inside the window (s, y)
-        kd = p.bcast(x["K23"], q) * p.bcast_y(_over(x["e"], x["logS"] + jnp.log(z)), q)  # the factor over S_{b-1} z_b
+        scale = on * jnp.exp(-(x["logS"] + jnp.log(z)))  # the step's factor over S_{b-1} z_b
+        kd = p.bcast(x["K23"], q) * p.bcast_y(x["e"] * scale[:, :, None], q)
         v0 = b0 * kd  # V
         v1 = (b1 + p.bcast_y(x["gy"], q) * b0) * kd  # V'
         gK1 = p.rows_gemm(x["a"], v1, q) + p.rows_gemm(x["t"], v0, q)  # x: [α, α'] before this step
@@ -448,7 +453,7 @@ def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
         xs = _pairs(dict(e=es[b0:b1, ..., lo * rb:], K1=K1[b0:b1], K23=K23[b0:b1], gy=gy[b0:b1, ..., lo * rb:],
                          logS=g["logS"], end=jnp.broadcast_to(jnp.asarray(p.end_rows(lo)), (b1 - b0, p.rows(lo)))))
         xs.update(a=g["a"], t=g["t"])  # [α, α'] before every step, paired
-        step_g = partial(step, rho=rho[..., lo * rb:], sz_end=sz_end[..., lo * rb:])  # this group's rows
+        step_g = partial(step, rho=rho[..., lo * rb:], sz_end=sz_end[..., lo * rb:], on=on[..., lo * rb:])
         (outs, _, b), (gh, gE1, gE23) = _scan_pairs(step_g, (outs, (g["last"], g["tlast"]), b), xs, reverse=True)
         ghs[gi], gE1s[gi], gE23s[gi] = jnp.pad(gh, [(0, 0)] * 4 + [(lo * rb, 0)]), gE1, gE23
     return jnp.concatenate(ghs, axis=0), jnp.concatenate(gE1s, axis=0), jnp.concatenate(gE23s, axis=0)
