@@ -1,0 +1,207 @@
+"""hJ + Banded(8) against softmax, side by side in one run: the training step at T = 64 and 256, and the
+attention layer alone (forward + backward), with compile times, ratios per sequence and the work done.
+
+Rows (each in its own subprocess, float32, one head, d = 64):
+
+* ``layer``: ``boltzmann_attention`` forward + backward (loss ``Σ out²``, gradients in q, k, v and J) at
+  batch 8; J banded (w = 8, entries N(0, 0.3²)), q, k, v N(0, 1).
+* ``step``: one training step (forward + backward + AdamW) of the one-layer Transformer as
+  benchmarks/train_step.py builds it (d_model 64, FFN, bracket-sized vocabulary), softmax at batch 64,
+  hJ + Banded(8) (``J_param="banded"``, ``J_band=8``) at ``--batch-256`` (T = 256) or 64 (T = 64).
+
+Times are after compile, median (and best) of ``--repeats`` calls; ``compile`` is the first call. Ratios
+are per sequence against softmax at the same T and the same kind of row. ``--ref COMMIT`` runs the same
+rows on another commit of this repository as well (``git archive`` into a temporary package layout, put
+first on PYTHONPATH), so that old and new are measured in one run. The work column counts the
+multiply-adds of the GEMMs of inference/banded_vjp.py (8 transfers' worth per step and row: α and β,
+then [α, α'] and [β, β'] and the row contraction) and the ideal of issue 13, ``2^(w+1) T²/2`` per sequence
+for one forward sweep.
+
+Targets (issue 13): the hJ + Banded(8) training step ≤ 5x softmax per sequence at T = 256, ≤ 3x at
+T = 64, compile ≤ 60 s.
+
+Run:  taskset -c 0 python benchmarks/banded_vjp.py                    (~4 minutes on one core)
+      taskset -c 0 python benchmarks/banded_vjp.py --ref 089a0ad      (and the same rows on that commit)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ROWS = ("layer-softmax-64", "layer-hJ-64", "layer-softmax-256", "layer-hJ-256",
+        "step-softmax-64", "step-hJ-64", "step-softmax-256", "step-hJ-256")
+
+
+def child(name: str, batch: int, repeats: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from isingattn.inference import Banded
+
+    kind, variant, T = name.split("-")
+    T = int(T)
+    key = jax.random.PRNGKey(0)
+    if kind == "layer":
+        from isingattn.attention import boltzmann_attention
+
+        ks = jax.random.split(key, 4)
+        q, k, v = (jax.random.normal(kk, (batch, 1, T, 64), jnp.float32) for kk in ks[:3])
+        d = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+        A = 0.3 * jax.random.normal(ks[3], (1, T, T), jnp.float32)
+        J = jnp.where((d >= 1) & (d <= 8), (A + jnp.swapaxes(A, -1, -2)) / 2, 0.0)
+        eng = Banded(bandwidth=8)
+
+        def loss(q, k, v, J):
+            out, _ = boltzmann_attention(q, k, v, J, variant=variant, engine=eng, causal=True)
+            return jnp.sum(out**2)
+
+        f = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+        call = lambda: f(q, k, v, J)
+    else:
+        import equinox as eqx
+
+        from isingattn.models import Config, Transformer
+        from isingattn.models.train import TrainConfig, _optimizer, _step_fn
+
+        kw = dict(variant="softmax") if variant == "softmax" else dict(
+            variant="hJ", J_param="banded", J_band=8, engine=Banded(bandwidth=8))
+        model = Transformer(Config(vocab_size=6, seq_len=T, n_out=T, **kw), key=key)
+        tc = TrainConfig(steps=repeats + 1)
+        opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
+        step = _step_fn(tc)
+        keys = jax.random.split(jax.random.PRNGKey(1), 2)
+        toks = jax.random.randint(keys[0], (batch, T), 0, 6)
+        tgt = jax.random.randint(keys[1], (batch, T), 0, T)
+        call = lambda: step(model, opt_state, toks, tgt, keys[0])
+    t = time.perf_counter()
+    jax.block_until_ready(call())
+    compile_s = time.perf_counter() - t
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - t)
+    return dict(name=name, T=T, batch=batch, compile_s=compile_s, median_s=statistics.median(times), best_s=min(times))
+
+
+def work(T: int, w: int = 8) -> tuple:
+    """(multiply-adds of banded_vjp's GEMMs for one sequence's training step, issue 13's ideal for one
+    forward sweep of one sequence), causal, the steps and scan groups of banded_vjp's plan."""
+    from isingattn.inference import banded_vjp
+    from isingattn.inference.banded_blocked import _block_len
+
+    L, k = _block_len(T, w)
+    nb = 2 * -(-T // (2 * k))
+    plan = banded_vjp._Plan(L, k, nb, 1, k, nb, 1, True)
+    row_steps = sum((b1 - b0) * (nb - lo) * k for b0, b1, lo in plan.groups)  # rows (o, rc) live at each step
+    nL, nk = 2**L, 2**k
+    per = (nL * (nk + 1) + nL * (nk + 1) + nL * (k + 1)  # primal: α (with its sums), β (with its sums), marginals
+           + 2 * nL * (nk + 1)  # backward: [α, α']
+           + 2 * nL * nk + 2 * nL * nk + nL * k + nL)  # [β, β̃'], the row contraction, ḡ_h, the window's couplings
+    return row_steps * per, 2 ** (w + 1) * T * T / 2
+
+
+def archive(commit: str) -> str:
+    """A package layout of ``commit`` (isingattn, isingattn.inference, isingattn.models) in a temporary folder."""
+    base = tempfile.mkdtemp(prefix=f"isingattn-{commit}-")
+    src = os.path.join(base, "src")
+    os.makedirs(src)
+    tar = subprocess.run(["git", "-C", ROOT, "archive", commit], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=tar, check=True)
+    pkg = os.path.join(base, "pkg", "isingattn")
+    os.makedirs(os.path.dirname(pkg))
+    os.symlink(os.path.join(src, "isingattn"), pkg)
+    for sub in ("inference", "models"):
+        os.symlink(os.path.join(src, sub), os.path.join(src, "isingattn", sub))
+    return os.path.join(base, "pkg")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch-256", type=int, default=8, help="batch of the hJ step at T = 256 (softmax: 64)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls after the first")
+    p.add_argument("--only", nargs="*", default=list(ROWS), choices=list(ROWS))
+    p.add_argument("--ref", default=None, help="also run the rows on this commit (e.g. the one before the VJP)")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.batch, args.repeats)))
+        return 0
+    import jax
+
+    load0 = os.getloadavg()[0]
+    print(f"hJ + Banded(8) vs softmax, float32, one head, d = 64; jax {jax.__version__}, {jax.default_backend()}, "
+          f"os.cpu_count() = {os.cpu_count()}, CPUs usable = {len(os.sched_getaffinity(0))}, "
+          f"1-min load average {load0:.2f}")
+    trees = [("HEAD", None)] + ([(args.ref, archive(args.ref))] if args.ref else [])
+    res = {}
+    for name in args.only:  # interleaved: each row on every tree before the next row
+        kind, variant, T = name.split("-")
+        batch = 8 if kind == "layer" else (args.batch_256 if (variant == "hJ" and T == "256") else 64)
+        for label, path in trees:
+            env = dict(os.environ)
+            if path:
+                env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--batch", str(batch),
+                   "--repeats", str(args.repeats)]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE)
+            if out.returncode:
+                print(f"{label} {name}: failed\n{out.stderr[-1500:]}")
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r["load"] = os.getloadavg()[0]
+            res[(label, name)] = r
+            print(f"  done {label} {name}: {r['median_s'] * 1e3:.1f} ms, compile {r['compile_s']:.1f} s, "
+                  f"load {r['load']:.2f}", file=sys.stderr, flush=True)
+    print(f"(1-min load average at end {os.getloadavg()[0]:.2f})\n")
+
+    hdr = ("tree", "row", "T", "batch", "median", "best", "per seq", "compile", "vs softmax/seq", "load")
+    rows = []
+    for (label, name), r in res.items():
+        kind, variant, T = name.split("-")
+        base = res.get((label, f"{kind}-softmax-{T}"))
+        per = r["median_s"] / r["batch"]
+        ratio = "-" if base is None or variant == "softmax" else f"{per / (base['median_s'] / base['batch']):.1f}x"
+        rows.append((label, name, T, str(r["batch"]), f"{r['median_s'] * 1e3:.1f} ms", f"{r['best_s'] * 1e3:.1f} ms",
+                     f"{per * 1e3:.2f} ms", f"{r['compile_s']:.1f} s", ratio, f"{r['load']:.2f}"))
+    widths = [max(len(x[i]) for x in rows + [hdr]) for i in range(len(hdr))]
+    line = lambda x: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
+    print(line(hdr))
+    print("  ".join("-" * w for w in widths))
+    for x in rows:
+        print(line(x))
+
+    print("\nWork of the hJ layer (banded_vjp's GEMMs, training step = forward + backward, per sequence):")
+    for T in (64, 256):
+        madds, ideal = work(T)
+        r = res.get(("HEAD", f"layer-hJ-{T}"))
+        rate = f", {2 * madds * r['batch'] / r['median_s'] / 1e9:.1f} GFLOP/s achieved" if r else ""
+        ms_ideal = f"; at that rate one ideal sweep would take {ideal / madds * r['median_s'] / r['batch'] * 1e3:.2f} ms" if r else ""
+        print(f"  T={T}: {madds / 1e6:.0f} M multiply-adds ({madds / ideal:.1f}x issue 13's ideal forward sweep, "
+              f"{ideal / 1e6:.1f} M){rate}{ms_ideal}")
+
+    print("\nTargets (HEAD):")
+    for T, goal in (("256", 5.0), ("64", 3.0)):
+        r, b = res.get(("HEAD", f"step-hJ-{T}")), res.get(("HEAD", f"step-softmax-{T}"))
+        if r and b:
+            ratio = (r["median_s"] / r["batch"]) / (b["median_s"] / b["batch"])
+            print(f"  training step T={T}: {ratio:.1f}x softmax per sequence (target <= {goal:.0f}x)  "
+                  f"{'PASS' if ratio <= goal else 'MISS'}; compile {r['compile_s']:.1f} s (target <= 60 s)  "
+                  f"{'PASS' if r['compile_s'] <= 60 else 'MISS'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
