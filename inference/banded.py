@@ -11,11 +11,12 @@ messages ``b_t`` give ``log Z`` and every marginal, ``⟨s_t⟩ ∝ Σ_x (α_t b
 
 Where it applies (no per-query ``mask``, no ``corr``, J shared along the query axis: the
 attention case), a blocked path runs first: ``k`` spins per step into a window of ``L = 2k ≥ w``
-spins, each step a batched GEMM with a table shared by the queries, the steps a ``lax.scan`` (compile
-time independent of ``n``), causal queries swept over their own prefix only (``_blocked``; 4x (float64) to 8x (float32) faster than the sweep below in
-benchmarks/banded.py at T = 256, w = 8). Models
+spins, each step a GEMM with a table shared by the queries, the steps ``lax.scan``s (compile
+time independent of ``n``), causal queries swept over their own prefix only, with a hand-written
+VJP (``banded_vjp``: the tangent of forward–backward, no autodiff through the scans). Models
 that fail its underflow bound, and everything else, take the per-spin sweep, with two paths as in
-``Exact``:
+``Exact`` (``_blocked_or_sweep``: one ``custom_vjp`` over both, the sweep's gradient only computed
+when some model needs it):
 
 * scaled (fast): messages rescaled to max 1 at every spin. The factor splits into a
   per-query ``exp(β s_t h_t)`` and a table ``exp(β s_t f_t(x))`` shared by every
@@ -106,7 +107,8 @@ class Banded(Engine):
 
     Cost ``O(n 2^w)`` exponentials per query, linear in ``n``: ``n`` in the hundreds
     or thousands is fine for ``w ≲ 12``; the time doubles with each unit of ``w``.
-    Differentiable in ``h`` and ``J`` by autodiff (through the sweeps). ``J`` beyond
+    Differentiable in ``h``, ``J`` and ``beta``: a hand-written VJP on the blocked path (reverse mode only:
+    ``jax.jvp`` through it is not supported), autodiff through the per-spin sweep. ``J`` beyond
     the band is structurally zero here, so its gradient there (and on the diagonal)
     is 0: the gradient restricted to the band.
     Honours ``mask`` and ``causal`` like ``Exact``. With ``corr=True`` the pair
