@@ -118,9 +118,16 @@ class Cell:
 
     @property
     def name(self) -> str:
-        tail = ("" if self.ffn else "-noffn") + ("" if self.engine == "exact" else f"-{self.engine}")
+        implied = ("exact", "banded") if self.J_param != "full" else ("exact",)  # Banded is how a band is run
+        tail = ("" if self.ffn else "-noffn") + ("" if self.engine in implied else f"-{self.engine}")
+        if self.engine_kw and self.engine == "meanfield":
+            tail += "-" + dict(self.engine_kw).get("method", "naive")
         if self.J_param != "full" or self.J_band is not None:
             tail += f"-{self.J_param}{'' if self.J_band is None else self.J_band}"
+        if (self.layers, self.heads) != (1, 1):
+            tail += f"-{self.layers}x{self.heads}"
+        if self.weight_decay_on == "matrices+J":
+            tail += "-decayJ"
         return f"{self.part}/T{self.seq_len}{tail}"
 
     def config(self, variant: str, vocab_size: int) -> Config:
@@ -162,7 +169,41 @@ def grid(quick: bool = False) -> list[Cell]:
                  "gibbs": (("num_samples", 64), ("num_warmup", 32))}
     cells += [Cell("annealing", "brackets", T, variants=("hJ",), seeds=3, engine=e, engine_kw=kw)
               for T in (8, 12) for e, kw in annealers.items()]
-    return [dataclasses.replace(c, weight_decay_on=GRID_DECAY) for c in cells]
+    return [dataclasses.replace(c, weight_decay_on=GRID_DECAY) for c in cells] + study(annealers)
+
+
+BAND = 8  # the bandwidth of J at T >= 32: Banded(8) is exact for it (its cost grows as 2^BAND)
+
+
+def study(annealers: dict) -> list[Cell]:
+    """Issue 13's cells: where do learned couplings help, at long context and on a task with power?
+
+    Every cell decays matrices only (J is not decayed, the setting the ``confounds`` part
+    tests). At T >= 32 J is toeplitz or banded with bandwidth ``BAND`` and runs through
+    Banded, which is exact for it; softmax, h and J (whose marginals are closed forms)
+    are trained once per T, in the toeplitz cell, and the report pairs the banded cell's
+    hJ with them. Run them part by part: ``isingattn reproduce --only brackets-hard``."""
+    band = dict(engine="banded", engine_kw=(("bandwidth", BAND),), J_band=BAND)
+    every = dict(eval_every=100)  # 15-20 points per training curve
+    forms = (dict(J_param="toeplitz"), dict(J_param="banded", variants=("hJ",)))
+    hard = [Cell("brackets-hard", "brackets-hard", T, seeds=5, ffn=f, **every) for T in (8, 16, 24) for f in (True, False)]
+    hard += [Cell("brackets-hard", "brackets-hard", 64, seeds=5, ffn=f, **band, **form, **every)
+             for form in forms for f in (True, False)]
+    hard += [Cell("annealing-hard", "brackets-hard", T, variants=("hJ",), seeds=5, engine=e, engine_kw=kw, **every)
+             for T in (8, 16) for e, kw in annealers.items()]
+    # J decayed toward zero like every matrix, against hJ with J not decayed (brackets-hard, same T and seeds)
+    hard += [Cell("confounds", "brackets-hard", 16, variants=("hJ",), seeds=5, weight_decay_on="matrices+J", **every)]
+    # deeper and wider models may compensate for missing couplings (the paper's own caveat)
+    hard += [Cell("depth", "brackets-hard", 16, seeds=3, layers=2, heads=4, **every),
+             Cell("depth", "brackets-hard", 64, seeds=3, layers=2, heads=4, **band, J_param="toeplitz", **every)]
+    lm = dict(task="shakespeare", seeds=3, steps=2000, **every)
+    text = [Cell("shakespeare-long", seq_len=16, variants=("softmax", "hJ", "h"), **lm)]
+    text += [Cell("shakespeare-long", seq_len=T, **{"variants": ("softmax", "hJ", "h"), **form}, **band, **lm)
+             for T in (32, 64, 128) for form in forms]
+    # full J through mean field and BP: validated against exact-trained hJ at T = 16, then at T = 32 and 64
+    text += [Cell("meanfield", seq_len=T, variants=("hJ",), engine="meanfield", engine_kw=(("method", m),), **lm)
+             for T in (16, 32, 64) for m in ("naive", "bp")]
+    return hard + text
 
 
 def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int] = None,

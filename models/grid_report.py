@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from isingattn import analysis, atomic, checkpoint
+from isingattn.models import headline
 from isingattn.models.report import fmt, mean_ci
 
 # The paper's reference numbers (DESIGN.md §2), quoted next to ours.
@@ -30,6 +31,29 @@ PAPER = {
     "brackets": "At T=16 hJ beats softmax by +2.89 points (+4.53 without the FFN); the gap grows with T.",
     "annealing": "The paper trained with samples from a simulated diabatic quantum annealer.",
 }
+PAPER["brackets-hard"] = "Not in the paper (issue 13): " + PAPER["brackets"]
+PAPER["shakespeare-long"] = "Not in the paper beyond T=12 (issue 13): the gain over softmax should grow with T."
+PAPER["annealing-hard"] = PAPER["annealing"]
+PAPER.update(confounds="Not in the paper: J is decayed toward zero like every matrix.",
+             depth="The paper's caveat: deeper and wider models may compensate for the missing couplings.",
+             meanfield="Not in the paper: full J at long context through mean field or BP.")
+PARTS = (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is better)"),
+         ("brackets", "Bracket matching: test accuracy in % (higher is better)"),
+         ("annealing", "hJ trained through sampling engines (bracket matching, test accuracy %)"),
+         ("brackets-hard", "brackets-hard (issue 13): test accuracy in % (higher is better)"),
+         ("annealing-hard", "hJ trained through sampling engines on brackets-hard (test accuracy %)"),
+         ("confounds", "J weight-decayed toward zero, against hJ with J not decayed (brackets-hard, accuracy %)"),
+         ("depth", "2 layers x 4 heads (brackets-hard, test accuracy %)"),
+         ("shakespeare-long", "Tiny Shakespeare at long context (issue 13): validation perplexity"),
+         ("meanfield", "hJ with full J through mean field and BP (Tiny Shakespeare, validation perplexity)"))
+# Parts paired against one variant of another part's exact-engine cell (same task, T, FFN, steps, shape) rather
+# than softmax: (reference part, variant, label). Where no such cell exists, the row falls back to softmax.
+AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
+           "annealing-hard": ("brackets-hard", "hJ", "exact-trained hJ"),
+           "confounds": ("brackets-hard", "hJ", "hJ, J not decayed"),
+           "meanfield": ("shakespeare-long", "hJ", "exact-trained hJ")}
+# Parts whose cells may take softmax from another part's cell of the same shape when they lack it.
+SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
 
 
 def _load_cells(root: str) -> list[dict]:
@@ -49,7 +73,9 @@ def _load_cells(root: str) -> list[dict]:
 
 
 def _scale(cell) -> float:
-    return 100.0 if cell["task"] == "brackets" else 1.0
+    from isingattn.models.experiments import METRIC
+
+    return METRIC[cell["task"]][2]
 
 
 def _paired(a: dict, b: dict):
@@ -57,72 +83,117 @@ def _paired(a: dict, b: dict):
     return mean_ci([a[s] - b[s] for s in common]) + (len(common),) if common else (math.nan, math.nan, 0)
 
 
+def _same_shape(a, b) -> bool:
+    """Same task, context, FFN, steps and model shape: runs whose seeds pair."""
+    keys = ("task", "seq_len", "ffn", "steps", "d_model")
+    return all(a.get(k) == b.get(k) for k in keys) and (a.get("layers", 1), a.get("heads", 1)) == (
+        b.get("layers", 1), b.get("heads", 1))
+
+
+def baseline(cell, cells) -> tuple[Optional[dict], str]:
+    """``(results by seed, label)`` that ``cell``'s hJ is paired against (None when there is none).
+
+    A part in AGAINST takes that variant of the reference part's exact cell; otherwise the
+    cell's own softmax, or that of a cell of the same shape in its part (or SOFTMAX_FROM's),
+    where softmax is trained once per T (the banded-J cells)."""
+    part = cell["part"]
+    if part in AGAINST:
+        ref_part, variant, label = AGAINST[part]
+        ref = next((x for x in cells if x["part"] == ref_part and x["engine"] == "exact" and _same_shape(x, cell)
+                    and variant in x["results"]), None)
+        if ref is not None:
+            return ref["results"][variant], label
+    if "softmax" in cell["results"]:
+        return cell["results"]["softmax"], "softmax"
+    ref = next((x for x in cells if x["part"] in (part, SOFTMAX_FROM.get(part)) and _same_shape(x, cell)
+                and "softmax" in x["results"]), None)
+    return (ref["results"]["softmax"], "softmax") if ref else (None, "softmax")
+
+
 def _rows(cells, part):
-    """One row per cell: every variant's mean ± CI and hJ's paired difference to the baseline."""
+    """One row per cell: every variant's mean ± CI and hJ's paired difference to its baseline."""
     rows = []
     for c in (c for c in cells if c["part"] == part):
         res, sc = c["results"], _scale(c)
-        row = {"cell": os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"]))),
+        row = {"part": part, "cell": os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"]))),
                "T": c["seq_len"], "ffn": c["ffn"], "engine": c["engine"], "steps": c["steps"],
-               "seeds": max(len(r) for r in res.values()), "wall_s": round(c["wall_s"], 1)}
+               "J_param": c.get("J_param", "full"), "seeds": max(len(r) for r in res.values()),
+               "wall_s": round(c["wall_s"], 1)}
         for v, r in res.items():
             m, h = mean_ci(list(r.values()))
             row[v], row[v + "_ci95"] = m * sc, h * sc
-        base = res.get("softmax")
-        if part == "annealing":  # against hJ trained with exact marginals, same T, seeds and steps
-            ref = next((x for x in cells if x["part"] == "brackets" and x["seq_len"] == c["seq_len"] and x["ffn"]
-                        and x["steps"] == c["steps"]), None)
-            base = ref["results"].get("hJ") if ref else None
+        base, label = baseline(c, cells)
         if base is not None and "hJ" in res and res["hJ"] is not base:
             d, h, n = _paired(res["hJ"], base)
+            row["base"] = label
             row["hJ_minus_base"], row["hJ_minus_base_ci95"], row["paired_seeds"] = d * sc, h * sc, n
             if c["task"] == "shakespeare":
                 rel = [(res["hJ"][s] / base[s] - 1) * 100 for s in sorted(set(res["hJ"]) & set(base))]
                 row["hJ_rel_pct"], row["hJ_rel_pct_ci95"] = mean_ci(rel)
         rows.append(row)
-    return sorted(rows, key=lambda r: (r["T"], not r["ffn"], r["engine"]))
+    return sorted(rows, key=lambda r: (r["T"], not r["ffn"], r["engine"], r["J_param"], r["cell"]))
 
 
 def _md(rows, part) -> str:
     if not rows:
         return "_no finished cell_\n"
     variants = [v for v in ("softmax", "hJ", "h", "J") if any(v in r for r in rows)]
-    base = "exact-trained hJ" if part == "annealing" else "softmax"
-    extra = " | hJ rel. Δ (%)" if part == "shakespeare" else ""
-    head = ("| T | FFN | engine | seeds | steps | " + " | ".join(variants) + f" | hJ − {base} (paired){extra} | wall (s) |\n"
-            + "|---" * (7 + len(variants) + bool(extra)) + "|\n")
+    extra = " | hJ rel. Δ (%)" if "hJ_rel_pct" in "".join(map(str, rows)) else ""
+    head = ("| cell | T | FFN | J | seeds | steps | " + " | ".join(variants) + f" | hJ − baseline (paired){extra} | "
+            "wall (s) |\n" + "|---" * (8 + len(variants) + bool(extra)) + "|\n")
     body = ""
     for r in rows:
         cells = [fmt(r[v], r[v + "_ci95"]) if v in r else "—" for v in variants]
-        diff = fmt(r["hJ_minus_base"], r["hJ_minus_base_ci95"]) + f" (n={r['paired_seeds']})" if "hJ_minus_base" in r else "—"
+        diff = (fmt(r["hJ_minus_base"], r["hJ_minus_base_ci95"]) + f" vs {r['base']} (n={r['paired_seeds']})"
+                if "hJ_minus_base" in r else "—")
         rel = (" | " + (fmt(r["hJ_rel_pct"], r["hJ_rel_pct_ci95"]) if "hJ_rel_pct" in r else "—")) if extra else ""
-        body += (f"| {r['T']} | {'on' if r['ffn'] else 'off'} | {r['engine']} | {r['seeds']} | {r['steps']} | "
-                 + " | ".join(cells) + f" | {diff}{rel} | {r['wall_s']:.0f} |\n")
+        body += (f"| {r['cell'].split('/', 1)[-1]} | {r['T']} | {'on' if r['ffn'] else 'off'} | {r['J_param']} | "
+                 f"{r['seeds']} | {r['steps']} | " + " | ".join(cells) + f" | {diff}{rel} | {r['wall_s']:.0f} |\n")
     return head + body
 
 
+# One look per variant, so that overlapping lines stay distinguishable (colour, marker and dash all differ).
+STYLE = {"softmax": ("C0", "o", "-"), "hJ": ("C3", "s", "--"), "h": ("C2", "^", "-."), "J": ("C7", "v", ":")}
+MIN_SPAN = {"test_acc": 10.0, "test_ppl": 0.5}  # the least y-range of a curve panel: no cliff from a 0.1 change
+
+
 def _curves(cells, part, path):
+    """Held-out metric against step for every cell of ``part``: the mean over seeds, with the
+    range over seeds shaded. Panels wrap at four per row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cs = [c for c in cells if c["part"] == part]
+    cs = sorted((c for c in cells if c["part"] == part), key=lambda c: (c["seq_len"], not c["ffn"], c["folder"]))
     if not cs:
         return None
-    fig, axes = plt.subplots(1, len(cs), figsize=(4 * len(cs), 3.3), squeeze=False)
+    ncol = min(4, len(cs))
+    nrow = -(-len(cs) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.3 * nrow), squeeze=False)
     key = "test_ppl" if cs[0]["task"] == "shakespeare" else "test_acc"
-    for ax, c in zip(axes[0], cs):
+    for ax, c in zip(axes.flat, cs):
         curves = defaultdict(lambda: defaultdict(list))
         for line in open(os.path.join(c["folder"], "metrics.jsonl")):
             rec = json.loads(line)
             if key in rec:
                 curves[rec["variant"]][rec["step"]].append(rec[key] * _scale(c))
+        lo_all, hi_all = math.inf, -math.inf
         for v, by_step in curves.items():
             steps = sorted(by_step)
-            ax.plot(steps, [np.mean(by_step[s]) for s in steps], marker=".", label=v)
+            ys = [np.asarray(by_step[s]) for s in steps]
+            color, marker, dash = STYLE.get(v, ("k", ".", "-"))
+            ax.plot(steps, [y.mean() for y in ys], color=color, marker=marker, ls=dash, ms=3.5, label=v)
+            ax.fill_between(steps, [y.min() for y in ys], [y.max() for y in ys], color=color, alpha=0.15, lw=0)
+            lo_all = min(lo_all, min(y.min() for y in ys))
+            hi_all = max(hi_all, max(y.max() for y in ys))
+        if math.isfinite(lo_all):
+            mid, span = (lo_all + hi_all) / 2, max(hi_all - lo_all, MIN_SPAN[key]) * 1.1
+            ax.set_ylim(mid - span / 2, mid + span / 2)
         ax.set(title=os.path.basename(c["folder"]), xlabel="step", ylabel=key.replace("test_", "held-out "))
         ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(cs):]:
+        ax.set_visible(False)
     fig.tight_layout()
     atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
@@ -227,7 +298,8 @@ def _sample_tokens(cell, chars: str) -> np.ndarray:
         return encode_text(SAMPLE_TEXT["shakespeare"][:T], chars)[None]
     k = len(chars) // 2  # opens 0..k-1, closes k..2k-1: "([{" then their closers, innermost first
     opens = [i % k for i in range(T // 2)]
-    return np.array([opens + [k + o for o in reversed(opens)]], np.int32)
+    filler = [len(chars) - 1] if T % 2 else []  # odd T exists only with a filler token, the last character
+    return np.array([opens + filler + [k + o for o in reversed(opens)]], np.int32)
 
 
 def _attention_weights(cell) -> Optional[dict]:
@@ -304,10 +376,12 @@ def write_report(root: str) -> str:
           "Generated by `isingattn reproduce` (tables, CSV and plots are rebuilt from the run files by "
           "`isingattn reproduce --report-only`). Cells: mean ± 95% CI over seeds (Student t); differences are "
           "paired by seed (same initialization and batch order).\n"]
-    for part, title in (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is better)"),
-                        ("brackets", "Bracket matching: test accuracy in % (higher is better)"),
-                        ("annealing", "hJ trained through sampling engines (bracket matching, test accuracy %)")):
+    every_row = []
+    for part, title in PARTS:
         rows = _rows(cells, part)
+        every_row += rows
+        if not rows and part not in ("shakespeare", "brackets", "annealing"):
+            continue  # issue 13's parts appear once a cell has finished
         md.append(f"\n## {title}\n\nPaper: {PAPER[part]}\n\n{_md(rows, part)}")
         if rows:
             with atomic.writing(os.path.join(root, f"{part}.csv"), "w", newline="") as f:
@@ -318,6 +392,11 @@ def write_report(root: str) -> str:
             p = _curves(cells, part, os.path.join(root, f"{part}-curves.png"))
             if p:
                 md.append(f" Training curves: `{os.path.basename(p)}`.\n")
+    p = headline.plot(every_row, os.path.join(root, "headline.png"))
+    if p:
+        md.append("\n## The paper's claim: hJ against softmax, by context length\n\n"
+                  "Paired by seed (mean ± 95% CI, Student t); positive means hJ did better. Plot: "
+                  f"`{os.path.basename(p)}`.\n\n{headline.table(every_row)}")
     p, prof = _profiles(cells, os.path.join(root, "J-distance-profile.png"))
     if prof:
         md.append("\n## Learned J by distance (hJ, head 0, mean over seeds)\n\n| cell | " +

@@ -1,0 +1,86 @@
+"""The paper's central claim plotted: hJ's paired gain over softmax, with its 95% CI, against T.
+
+Built from the rows of :mod:`isingattn.models.grid_report` (one per finished cell), so it is
+regenerated with every report and never drawn by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from isingattn import atomic
+
+# (panel title, parts, the row field, its sign so that up is "hJ better", y label)
+PANELS = (("bracket matching", ("brackets", "brackets-hard"), "hJ_minus_base", +1.0,
+           "hJ − softmax, test accuracy (points)"),
+          ("Tiny Shakespeare", ("shakespeare", "shakespeare-long"), "hJ_rel_pct", -1.0,
+           "softmax − hJ, validation perplexity (%)"))
+
+
+def series(rows: list[dict]) -> dict:
+    """``{(panel, label): [(T, gain, ci95, n), ...]}`` for every row paired against softmax.
+
+    ``label`` names the part, the FFN setting and the form of J; gains are signed so that a
+    positive value means hJ did better than softmax."""
+    out = defaultdict(list)
+    for title, parts, field, sign, _ in PANELS:
+        for r in rows:
+            if r.get("part") in parts and r.get("base") == "softmax" and field in r:
+                label = f"{r['part']}, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
+                out[(title, label)].append((r["T"], sign * r[field], r[field + "_ci95"], r["paired_seeds"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def plot(rows: list[dict], path: str):
+    """Write the headline figure to ``path`` (PNG); returns the path, or None with no paired row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = series(rows)
+    if not data:
+        return None
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(6.2 * len(PANELS), 4.0), squeeze=False)
+    for ax, (title, _, _, _, ylabel) in zip(axes[0], PANELS):
+        mine = {label: pts for (t, label), pts in data.items() if t == title}
+        for i, (label, pts) in enumerate(sorted(mine.items())):
+            T, gain, ci, n = (np.array(x, float) for x in zip(*pts))
+            x = T * (1 + 0.03 * (i - (len(mine) - 1) / 2))  # a small dodge so that error bars do not overlap
+            yerr = np.where(np.isnan(ci), 0.0, ci)
+            ax.errorbar(x, gain, yerr=yerr, marker="os^vDP"[i % 6], ls="-" if "FFN on" in label else "--",
+                        capsize=3, label=label)
+            for xi, gi, ni, ci_i in zip(x, gain, n, ci):
+                if math.isnan(ci_i):  # one seed: no interval to draw, say so
+                    ax.annotate(f"n={int(ni)}", (xi, gi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ticks = sorted({T for pts in mine.values() for T, *_ in pts})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set(title=title, xlabel="context length T", ylabel=ylabel)
+        if mine:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no finished cell", transform=ax.transAxes, ha="center")
+    fig.suptitle("hJ against softmax, paired by seed (mean ± 95% CI); above 0: hJ better", fontsize=10)
+    fig.tight_layout()
+    atomic.savefig(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(rows: list[dict]) -> str:
+    """The figure's numbers as markdown."""
+    data = series(rows)
+    if not data:
+        return ""
+    out = "| panel | series | T | hJ gain over softmax (mean ± 95% CI) | seeds |\n|---|---|---|---|---|\n"
+    for (title, label), pts in sorted(data.items()):
+        for T, g, ci, n in pts:
+            gain = f"{g:+.2f}" + ("" if math.isnan(ci) else f" ± {ci:.2f}")
+            out += f"| {title} | {label} | {T} | {gain} | {n} |\n"
+    return out

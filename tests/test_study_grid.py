@@ -1,0 +1,91 @@
+"""Issue 13's cells in the grid and their report: which cells pair against which, and the
+headline figure's numbers, checked against numpy on synthetic run files."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from isingattn.models import headline
+from isingattn.models.experiments import BAND, Cell, grid, select
+from isingattn.models.grid_report import _load_cells, _rows, _sample_tokens, baseline, write_report
+from isingattn.models.report import mean_ci
+
+
+def test_study_cells_are_declared_as_issue_13_asks():
+    cells = grid()
+    hard = select(cells, "brackets-hard")
+    exact = {(c.seq_len, c.ffn) for c in hard if c.engine == "exact"}
+    assert exact == {(T, f) for T in (8, 16, 24) for f in (True, False)}
+    assert all(c.seeds == 5 and c.weight_decay_on == "matrices" for c in hard)
+    long = [c for c in hard if c.seq_len == 64]
+    assert {(c.J_param, c.ffn) for c in long} == {(p, f) for p in ("toeplitz", "banded") for f in (True, False)}
+    assert all(c.engine == "banded" and dict(c.engine_kw) == {"bandwidth": BAND} and c.J_band == BAND for c in long)
+    assert {c.engine for c in select(cells, "annealing-hard")} == {"gibbs", "sqa", "dqa"}
+    assert [c.weight_decay_on for c in select(cells, "confounds")] == ["matrices+J"]
+    assert {(c.seq_len, c.layers, c.heads) for c in select(cells, "depth")} == {(16, 2, 4), (64, 2, 4)}
+    lm = select(cells, "shakespeare-long")
+    assert {c.seq_len for c in lm} == {16, 32, 64, 128} and all(c.steps == 2000 and c.seeds == 3 for c in lm)
+    mf = select(cells, "meanfield")
+    assert {(c.seq_len, dict(c.engine_kw)["method"]) for c in mf} == {(T, m) for T in (16, 32, 64) for m in ("naive", "bp")}
+    for c in cells:  # every model builds: Banded is wide enough for each J, and every tail names what differs
+        for v in c.variants:
+            c.config(v, 65)
+    assert Cell("x", "brackets-hard", 16, layers=2, heads=4, weight_decay_on="matrices+J").name == "x/T16-2x4-decayJ"
+
+
+def _fake_cell(root, cell, results, steps=(50, 100)):
+    """A finished cell's files as run_cell leaves them (without checkpoints)."""
+    folder = root / cell.name
+    folder.mkdir(parents=True)
+    (folder / "cell.json").write_text(json.dumps(dataclasses.asdict(cell)))
+    (folder / "results.json").write_text(json.dumps({v: {str(s): x for s, x in r.items()} for v, r in results.items()}))
+    (folder / "wall_time.json").write_text('{"seconds": 1.0}')
+    key = "test_ppl" if cell.task == "shakespeare" else "test_acc"
+    with open(folder / "metrics.jsonl", "w") as f:
+        for v, r in results.items():
+            for s, x in r.items():
+                for st in steps:
+                    f.write(json.dumps({"variant": v, "seed": s, "step": st, key: x}) + "\n")
+
+
+def test_pairing_and_headline_match_numpy(tmp_path):
+    rng = np.random.default_rng(0)
+    acc = lambda: {s: float(x) for s, x in enumerate(rng.uniform(0.5, 0.99, 5))}  # noqa: E731
+    ppl = lambda: {s: float(x) for s, x in enumerate(rng.uniform(5, 9, 3))}  # noqa: E731
+    band = dict(engine="banded", engine_kw=(("bandwidth", 8),), J_band=8)
+    toe = Cell("brackets-hard", "brackets-hard", 64, J_param="toeplitz", **band)
+    ban = Cell("brackets-hard", "brackets-hard", 64, J_param="banded", variants=("hJ",), **band)
+    ex16 = Cell("brackets-hard", "brackets-hard", 16)
+    ann = Cell("annealing-hard", "brackets-hard", 16, variants=("hJ",), engine="gibbs")
+    lm = Cell("shakespeare-long", "shakespeare", 32, J_param="toeplitz", variants=("softmax", "hJ"), steps=2000, **band)
+    res = {toe: {v: acc() for v in ("softmax", "hJ", "h", "J")}, ban: {"hJ": acc()},
+           ex16: {v: acc() for v in ("softmax", "hJ")}, ann: {"hJ": acc()}, lm: {v: ppl() for v in ("softmax", "hJ")}}
+    for c, r in res.items():
+        _fake_cell(tmp_path, c, r)
+    loaded = _load_cells(str(tmp_path))
+    by_name = {c.name: next(x for x in loaded if x["folder"].endswith(c.name)) for c in res}
+    # the banded cell's hJ pairs with the toeplitz cell's softmax; annealing with exact-trained hJ
+    assert baseline(by_name[ban.name], loaded) == (res[toe]["softmax"], "softmax")
+    assert baseline(by_name[ann.name], loaded) == (res[ex16]["hJ"], "exact-trained hJ")
+
+    write_report(str(tmp_path))
+    assert (tmp_path / "headline.png").stat().st_size > 0
+    rows = [r for p in ("brackets-hard", "shakespeare-long") for r in _rows(loaded, p)]
+    got = {(label, pts[0][0]): pts[0][1:3] for (_, label), pts in headline.series(rows).items()}
+    for c in (toe, ban, ex16):
+        want = mean_ci([100 * (res[c]["hJ"][s] - res[toe if c is ban else c]["softmax"][s]) for s in range(5)])
+        assert got[(f"brackets-hard, FFN on, J {c.J_param}", c.seq_len)] == pytest.approx(want)
+    rel = [-(res[lm]["hJ"][s] / res[lm]["softmax"][s] - 1) * 100 for s in range(3)]
+    g, h = got[("shakespeare-long, FFN on, J toeplitz", 32)]
+    assert (g, h) == pytest.approx((np.mean(rel), mean_ci(rel)[1]))
+    text = (tmp_path / "README.md").read_text()
+    assert "## The paper's claim" in text and "vs exact-trained hJ (n=5)" in text
+
+
+def test_sample_tokens_fill_odd_lengths_with_the_filler():
+    chars = "([{)]}."
+    tok = _sample_tokens({"task": "brackets-hard", "seq_len": 7}, chars)
+    assert "".join(chars[t] for t in tok[0]) == "([{.}])"
+    assert "".join(chars[t] for t in _sample_tokens({"task": "brackets-hard", "seq_len": 4}, chars)[0]) == "([])"
