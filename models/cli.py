@@ -279,9 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train and compare attention variants", **fmt)
     tasks = train.add_subparsers(dest="task", required=True, metavar="TASK", help="the task to train on")
     b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket", **fmt)
+    hb = tasks.add_parser("brackets-hard", help="bracket matching that needs selective attention: interleaved kinds, "
+                                                "fillers, test shapes unseen in training (DESIGN.md, the bracket tasks)",
+                          **fmt)
     s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)", **fmt)
-    for t, T in ((b, 8), (s_, 12)):
-        if t is b:
+    for t, T in ((b, 8), (hb, 16), (s_, 12)):
+        if t is hb:  # fillers can pad a string to any length; Cell checks evenness when there are none
+            t.add_argument("--seq-len", type=_positive_int, default=T, help="context length T (≥ 2; even without filler)")
+        elif t is b:
             t.add_argument("--seq-len", type=_bracket_length, default=T, help="context length T (even, ≥ 2)")
         else:
             t.add_argument("--seq-len", type=_positive_int, default=T, help="context length T (≥ 1)")
@@ -320,18 +325,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="train data-parallel on this many devices (--batch-size must be a multiple of it); "
                             "without it, one device")
         t.set_defaults(func=_train)
-    b.add_argument("--depth", type=_positive_int, default=None,
-                   help="maximum nesting depth; without it T/2 (any nesting)")
-    b.add_argument("--types", type=_positive_int, default=3, help="number of bracket kinds (1..4)")
-    b.add_argument("--n-train", type=_positive_int, default=20000, help="training strings (fewer if T is short)")
-    b.add_argument("--n-test", type=_positive_int, default=2000,
-                   help="held-out test strings (at most 20%% of the distinct strings if T is short)")
+    for t, n_train in ((b, 20000), (hb, 1000)):
+        t.add_argument("--depth", type=_positive_int, default=None,
+                       help="maximum nesting depth; without it T/2 (any nesting)")
+        t.add_argument("--types", type=_positive_int, default=3, help="number of bracket kinds (1..4)")
+        t.add_argument("--n-train", type=_positive_int, default=n_train, help="training strings (fewer if T is short)")
+        t.add_argument("--n-test", type=_positive_int, default=2000,
+                       help="held-out test strings (at most 20%% of the distinct strings if T is short)")
+    hb.add_argument("--filler", type=float, default=0.25, help="chance that a step is a filler token, in [0, 1)")
+    hb.add_argument("--split", choices=("shape", "string"), default="shape",
+                    help="hold out test strings by nesting shape (unseen in training) or only by string")
+    hb.add_argument("--nested", dest="interleaved", action="store_false",
+                    help="one nested Dyck word over all kinds instead of each kind its own word, interleaved")
     s_.add_argument("--data", default=None,
                     help="path to input.txt; without it $ISINGATTN_DATA, the cache, or a verified download")
 
     r = sub.add_parser("reproduce", help="the paper's experiment grid, resumable, into results/", **fmt)
     r.add_argument("--quick", action="store_true", help="a small grid (minutes on 2 CPU cores) into runs/reproduce-quick")
-    r.add_argument("--only", default=None, help="one part: shakespeare, brackets or annealing; without it, all")
+    r.add_argument("--only", default=None, help="one part: shakespeare, brackets, annealing, or issue 13's brackets-hard, annealing-hard, "
+                        "confounds, depth, shakespeare-long, meanfield; without it, all")
     r.add_argument("--seq-len", type=_positive_int, default=None,
                    help="only the cells at this context length; without it, all")
     r.add_argument("--ffn", choices=("on", "off"), default=None,

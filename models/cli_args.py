@@ -181,12 +181,13 @@ def _check_train_args(args) -> None:
     if data is not None and not os.path.isfile(data):
         raise _error(f"--data {data}: no such file; pass the Tiny Shakespeare input.txt, or leave --data out to use "
                      "$ISINGATTN_DATA, the cache or a verified download.")
-    if args.task == "brackets":
+    if args.task in ("brackets", "brackets-hard"):
         from isingattn.models.brackets import BRACKETS
 
         if args.types > len(BRACKETS):
             raise _error(f"--types {args.types}: there are {len(BRACKETS)} bracket kinds ({BRACKETS}); "
                          f"use --types 1..{len(BRACKETS)}.")
+    if args.task == "brackets":  # brackets-hard's fillers and kinds make far more strings than a split needs
         depth = args.seq_len // 2 if args.depth is None else min(args.depth, args.seq_len // 2)
         distinct = min(_dyck_words(args.seq_len, depth, args.types), 2 * (args.n_train + args.n_test))
         if int(0.2 * distinct) < 1:  # brackets.make_data holds out at most 20% of the distinct strings
@@ -199,13 +200,17 @@ def _check_train_args(args) -> None:
 def _cell_from_args(args, task: str):
     from isingattn.models.experiments import Cell
 
-    extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test) if task == "brackets" else {}
+    extra = {}
+    if task in ("brackets", "brackets-hard"):
+        extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test)
+    if task == "brackets-hard":
+        extra.update(filler=args.filler, split=args.split, interleaved=args.interleaved)
     cell = Cell(task, task, args.seq_len, variants=args.variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
                 engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
                 batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads, layers=args.layers,
                 eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band,
                 weight_decay_on=args.weight_decay_on, **extra)
-    vocab = 2 * args.types if task == "brackets" else 1  # the vocabulary does not change what is valid
+    vocab = 2 * args.types + 1 if task != "shakespeare" else 1  # the vocabulary does not change what is valid
     for v in cell.variants:  # build every model config now: its checks run before any data is loaded
         cell.config(v, vocab)
     cell.train_config()

@@ -76,3 +76,27 @@ def test_analyze_writes_under_runs_not_next_to_the_checkpoint(tmp_path, capsys, 
     s = json.load(open(an / "summary.json"))["head0"]
     np.testing.assert_allclose(s["distance_profile"], [np.diag(J, d).mean() for d in range(1, 5)], atol=1e-6)
     assert str(an.relative_to(tmp_path)) in capsys.readouterr().out
+
+
+def test_train_brackets_hard_passes_its_data_options_to_the_cell(tmp_path, capsys):
+    """`train brackets-hard` trains the Cell its flags describe: the same numbers as
+    run_cell on that Cell, the task's defaults where a flag is left out, and a bad
+    value is one line with exit status 2."""
+    from isingattn.models.experiments import Cell, run_cell
+
+    flags = ["--seq-len", "7", "--types", "2", "--d-model", "8", "--seeds", "1", "--n-train", "60", "--n-test", "20",
+             "--steps", "4", "--eval-every", "2", "--variants", "softmax", "--no-progress"]
+    out = tmp_path / "cli"
+    assert main(["train", "brackets-hard", *flags, "--nested", "--out", str(out)]) == 0
+    cell = json.load(open(out / "cell.json"))
+    assert (cell["task"], cell["filler"], cell["split"], cell["interleaved"]) == ("brackets-hard", 0.25, "shape", False)
+    same = Cell("brackets-hard", "brackets-hard", 7, variants=("softmax",), seeds=1, steps=4, eval_every=2, d_model=8,
+                types=2, n_train=60, n_test=20, interleaved=False)
+    assert run_cell(same, str(tmp_path / "api"), progress=False)["softmax"][0] == \
+        json.load(open(out / "results.json"))["softmax"]["0"]
+    capsys.readouterr()
+    for bad, says in ((["--filler", "1.5"], "filler must be"), (["--filler", "0"], "seq_len must be an even"),
+                      (["--types", "5"], "--types 5")):
+        assert run(["train", "brackets-hard", *flags, *bad, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1
