@@ -105,8 +105,11 @@ def _stored_arrays(path: str) -> list[tuple[str, tuple, np.dtype]]:
 def _check_shapes(path: str, config: Config) -> None:
     """The model's leaves, as ``config`` implies them, against the stored arrays (a prefix:
     the optimizer's leaves may follow)."""
-    expected = jax.tree_util.tree_leaves(jax.eval_shape(lambda: Transformer(config, key=jax.random.PRNGKey(0))))
     stored = _stored_arrays(path)
+    if config.n_layers > len(stored):  # every layer holds arrays: bound the count before tracing that many layers
+        raise checkpoint.CheckpointError(f"{path} holds {len(stored)} arrays but its model config asks for "
+                                         f"n_layers={config.n_layers}: the file's metadata does not describe its arrays.")
+    expected = jax.tree_util.tree_leaves(jax.eval_shape(lambda: Transformer(config, key=jax.random.PRNGKey(0))))
     if len(stored) < len(expected):
         raise checkpoint.CheckpointError(f"{path} holds {len(stored)} arrays but its model config needs "
                                          f"{len(expected)}: the file's metadata does not describe its arrays.")

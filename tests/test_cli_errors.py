@@ -109,6 +109,8 @@ CASES = [
     ("an-out-under-a-file", ["analyze", CKPT, "--out", FILE + "/an"], ["--out", "is a file"]),
     ("an-out-read-only", ["analyze", CKPT, "--out", RO + "/an"], ["--out", "not writable"]),
     ("an-meta-seq-len-30000", ["analyze", CRAFTED, "--out", OUT], ["seq_len=30000", "leaf_00001", "(30000, 8)"]),
+    # a million layers would be traced one by one before the shapes could be compared
+    ("an-meta-layers-10^6", ["analyze", CRAFTED, "--out", OUT], ["n_layers=1000000", "arrays"]),
     ("an-meta-engine-unknown", ["analyze", CRAFTED, "--out", OUT], ["engine", "'nonsense'", "available"]),
     ("an-meta-engine-setting", ["analyze", CRAFTED, "--out", OUT], ["'bogus'", "max_n"]),
     ("an-meta-d-model-neg", ["analyze", CRAFTED, "--out", OUT], ["d_model", "-8"]),
@@ -160,6 +162,7 @@ CASES = [
 # metadata edits for the CRAFTED rows: meta -> meta
 CRAFT = {
     "an-meta-seq-len-30000": lambda m: {**m, "model": {**m["model"], "seq_len": 30000}},
+    "an-meta-layers-10^6": lambda m: {**m, "model": {**m["model"], "n_layers": 10**6}},
     "an-meta-engine-unknown": lambda m: {**m, "model": {**m["model"], "engine": {"name": "nonsense", "config": {}}}},
     "an-meta-engine-setting": lambda m: {**m, "model": {**m["model"], "engine": {"name": "exact",
                                                                                  "config": {"bogus": 1}}}},
