@@ -11,6 +11,7 @@ Targets: hJ+Exact at T=24 ≤ 2 s/step; hJ+Banded(8) at T=256 ≤ 5x softmax at 
 
 Run:  python benchmarks/train_step.py                    (several minutes on 2 CPU cores)
       python benchmarks/train_step.py --only softmax-16 hJ-exact-16
+      python benchmarks/train_step.py --only softmax-64 hJ-meanfield-naive-64 hJ-meanfield-tap-64 hJ-meanfield-bp-64
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ CONFIGS = {  # name -> (T, Config overrides)
     "hJ-exact-24": (24, dict(variant="hJ")),
     "softmax-256": (256, dict(variant="softmax")),
     "hJ-banded8-256": (256, dict(variant="hJ", J_param="banded", J_band=8, engine="banded8")),
+    # full J at long context through the approximate engines (issue 13)
+    "softmax-64": (64, dict(variant="softmax")),
+    "hJ-meanfield-naive-64": (64, dict(variant="hJ", engine="meanfield-naive")),
+    "hJ-meanfield-tap-64": (64, dict(variant="hJ", engine="meanfield-tap")),
+    "hJ-meanfield-bp-64": (64, dict(variant="hJ", engine="meanfield-bp")),
 }
 
 
-def child(name: str, batch: int, steps: int) -> dict:
+def child(name: str, batch: int, steps: int, J_std: float = 0.0) -> dict:
     """Measure one configuration in this process."""
     import resource
 
@@ -40,6 +46,7 @@ def child(name: str, batch: int, steps: int) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from isingattn.engine import get
     from isingattn.inference import Banded
     from isingattn.models import Config, Transformer
     from isingattn.models.train import TrainConfig, _optimizer, _step_fn
@@ -48,8 +55,13 @@ def child(name: str, batch: int, steps: int) -> dict:
     kw = dict(kw)
     if kw.get("engine") == "banded8":
         kw["engine"] = Banded(bandwidth=8)
+    elif "engine" in kw:
+        kw["engine"] = get(kw["engine"])
     cfg = Config(vocab_size=6, seq_len=T, n_out=T, **kw)
     model = Transformer(cfg, key=jax.random.PRNGKey(0))
+    if J_std:  # a trained-looking J: the approximate engines iterate longer than at J = 0, where training starts
+        J = J_std * jax.random.normal(jax.random.PRNGKey(2), model.attn.J_raw.shape)
+        model = eqx.tree_at(lambda m: m.attn.J_raw, model, J)
     tc = TrainConfig(steps=steps + 1)
     opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
     step = _step_fn(tc)
@@ -75,21 +87,24 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=20, help="timed steps after compile")
     p.add_argument("--steps-banded", type=int, default=2, help="timed steps for hJ-banded8-256")
     p.add_argument("--only", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--J-std", type=float, default=0.0,
+                   help="start hJ models from J_raw ~ N(0, std^2) instead of 0 (where training starts)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         banded = args.child == "hJ-banded8-256"
         print(json.dumps(child(args.child, args.batch_banded if banded else args.batch,
-                               args.steps_banded if banded else args.steps)))
+                               args.steps_banded if banded else args.steps, args.J_std)))
         return 0
     import jax
 
-    print(f"Training step, one layer (d_model 64, 1 head, FFN), float32; jax {jax.__version__}, "
+    print(f"Training step, one layer (d_model 64, 1 head, FFN), float32, J_raw std {args.J_std}; jax {jax.__version__}, "
           f"{jax.default_backend()}, os.cpu_count() = {os.cpu_count()}, 1-min load average {os.getloadavg()[0]:.2f}")
     res = {}
     for name in args.only:
         cmd = [sys.executable, __file__, "--child", name, "--batch", str(args.batch), "--batch-banded",
-               str(args.batch_banded), "--steps", str(args.steps), "--steps-banded", str(args.steps_banded)]
+               str(args.batch_banded), "--steps", str(args.steps), "--steps-banded", str(args.steps_banded),
+               "--J-std", str(args.J_std)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             print(f"{name}: failed\n{out.stderr[-2000:]}")
@@ -98,7 +113,7 @@ def main(argv=None) -> int:
         r = res[name]
         print(f"  done {name}: {r['median_s']:.3f} s/step", file=sys.stderr, flush=True)
     print(f"(load average at end {os.getloadavg()[0]:.2f})\n")
-    base = {16: res.get("softmax-16"), 24: res.get("softmax-16"), 256: res.get("softmax-256")}
+    base = {16: res.get("softmax-16"), 24: res.get("softmax-16"), 64: res.get("softmax-64"), 256: res.get("softmax-256")}
     hdr = ("config", "T", "batch", "step (median)", "best", "compile", "peak RSS", "vs softmax same T")
     rows = []
     for name, r in res.items():
