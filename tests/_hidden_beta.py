@@ -1,0 +1,69 @@
+"""Samplers for the calibration tests: dwave-samplers' SimulatedAnnealingSampler at a fixed
+β that it does not let its caller change (a stand-in for a QPU's unknown temperature)."""
+
+import dimod
+import numpy as np
+from dwave.samplers import SimulatedAnnealingSampler
+
+
+class HiddenBetaSampler(dimod.Sampler):
+    """Fixed-β Metropolis (``beta_range=[β0, β0]``) for ``num_sweeps`` from a random state per
+    read: iid reads of ``exp(-β0 E)`` once the sweeps mix. Every keyword but ``num_reads`` and
+    ``seed`` is ignored (the β a caller passes, and what MockDWaveSampler forwards). Without
+    a ``seed`` (MockDWaveSampler passes none) seeds come from ``np.random.default_rng(seed)``."""
+
+    parameters = {"num_reads": [], "seed": []}
+    properties = {}
+
+    def __init__(self, beta, num_sweeps=300, seed=0, properties=None):
+        self.beta, self.num_sweeps = beta, num_sweeps
+        self.rng = np.random.default_rng(seed)
+        self.properties = dict(properties or {})
+
+    def sample(self, bqm, num_reads=1, seed=None, **ignored):
+        seed = int(self.rng.integers(2**31 - 1)) if seed is None else seed
+        return SimulatedAnnealingSampler().sample(bqm, num_reads=num_reads, beta_range=[self.beta, self.beta],
+                                                  beta_schedule_type="linear", num_sweeps=self.num_sweeps, seed=seed)
+
+
+class GroundStateSampler(dimod.Sampler):
+    """Returns the ground state (ExactSolver) for every read: an optimizer, no temperature."""
+
+    parameters = {"num_reads": []}
+    properties = {}
+
+    def sample(self, bqm, num_reads=1, **ignored):
+        g = dimod.ExactSolver().sample(bqm).lowest().truncate(1)
+        return dimod.SampleSet.from_samples_bqm(
+            (np.repeat(g.record.sample, num_reads, 0), list(g.variables)), bqm)
+
+
+def dense_model(n, seed, h_scale=0.5, J_scale=0.4):
+    rng = np.random.default_rng(seed)
+    h = rng.normal(size=n) * h_scale
+    J = np.triu(rng.normal(size=(n, n)) * J_scale, 1)
+    return h, J + J.T
+
+
+def z_scores(samples, exact_mean):
+    """``(mean - exact) / SE`` per spin, SE from the reads' ESS, computed here (initial
+    positive sequence of autocorrelations over the read order; iid reads give ESS ≈ S)."""
+    x = np.asarray(samples, np.float64)
+    S = len(x)
+    ess = np.empty(x.shape[1])
+    for i in range(x.shape[1]):
+        d = x[:, i] - x[:, i].mean()
+        var = d @ d / S
+        if var == 0:
+            ess[i] = S
+            continue
+        rho = np.array([d[: S - k] @ d[k:] / (S * var) for k in range(1, min(S // 4, 200))])
+        s = 0.0
+        for k in range(0, len(rho) - 1, 2):
+            pair = rho[k] + rho[k + 1]
+            if pair <= 0:
+                break
+            s += pair
+        ess[i] = S / max(1.0, 1 + 2 * s)
+    se = np.sqrt(np.maximum(x.var(0), 1e-12) / ess)
+    return (x.mean(0) - exact_mean) / se, se
