@@ -180,9 +180,6 @@ class DimodEngine(Engine):
                 raise IsingInputError(f"DimodEngine: chain_strength applies to embedding composites (a sampler with a "
                                       f"'chain_strength' parameter, e.g. EmbeddingComposite(DWaveSampler())); "
                                       f"{type(sampler).__name__} has none. Drop chain_strength, or wrap the sampler.")
-        if "chain_strength" in sample_kwargs:
-            raise IsingInputError("DimodEngine: pass chain_strength as DimodEngine(..., chain_strength=...), not among "
-                                  "the sample keyword arguments.")
         if estimate_beta:
             try:
                 import dwave.system.temperatures  # noqa: F401
@@ -272,7 +269,7 @@ class DimodEngine(Engine):
             if not self.embedded:
                 if len(arr) < S:
                     raise RuntimeError(f"{type(self.sampler).__name__} returned {len(arr)} reads; asked for {S}.")
-                return _subset(arr, S, seed), None
+                return _subset(arr, S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1))), None
             cbf = np.asarray(ss.record.chain_break_fraction, np.float64).repeat(ss.record.num_occurrences)
             fracs.append(cbf)
             kept.append(arr[cbf == 0])
@@ -286,7 +283,7 @@ class DimodEngine(Engine):
             good = np.concatenate([good, np.concatenate(broken)])
         if len(good) < S:
             raise RuntimeError(f"{type(self.sampler).__name__} returned {len(good)} reads; asked for {S}.")
-        return _subset(good, S, seed), (float(allf.mean()), float(np.mean(allf > 0)), float(intact))
+        return _subset(good, S, seed, shuffle=True), (float(allf.mean()), float(np.mean(allf > 0)), float(intact))
 
     def _host_sample(self, h, J, beta, seeds, *, dtype, graph=None):
         """Sample every model on the host: ``h [B, n]``, ``J [B, n, n]`` or, with ``graph``,
@@ -400,11 +397,12 @@ def _utc():
     return uniform_torque_compensation
 
 
-def _subset(arr, S, seed):
-    """``S`` of the reads ``arr`` (all of them, in order, when there are exactly ``S``). A
-    random subset, not the first ``S``: samplers may return reads sorted by energy (an
-    aggregated sample set, e.g. from a QPU or an embedding composite), and the first ``S``
-    of those are the coldest."""
-    if len(arr) == S:
+def _subset(arr, S, seed, shuffle=False):
+    """``S`` of the reads ``arr`` in random order (all of them, in order, when there are
+    exactly ``S`` and not ``shuffle``). Samplers may return reads sorted by energy (an
+    aggregated sample set, e.g. from a QPU or an embedding composite): the first ``S`` of
+    those are the coldest, and in that order the reads look like a badly mixing chain to an
+    ESS estimator. iid reads may be put in any order."""
+    if len(arr) == S and not shuffle:
         return arr
-    return arr[np.sort(np.random.default_rng(int(seed)).permutation(len(arr))[:S])]
+    return arr[np.random.default_rng(int(seed)).permutation(len(arr))[:S]]
