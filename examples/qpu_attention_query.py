@@ -25,9 +25,9 @@ import warnings
 import dimod
 import jax
 import numpy as np
+from isingattn.inference.dimod_engine import DimodEngine
 
 from isingattn import IsingModel, inference
-from isingattn.inference.dimod_engine import DimodEngine
 from isingattn.instances import random_model
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,7 +47,7 @@ else:
     h, J = random_model(np.random.default_rng(args.seed), args.n, h_scale=0.5, J_scale=0.4)
     model = IsingModel(h, J, beta=args.beta)
 
-from dwave.system import EmbeddingComposite  # noqa: E402  (pip install "isingattn[qpu]")
+from dwave.system import EmbeddingComposite
 
 if args.mock:
     from dwave.samplers import SimulatedAnnealingSampler

@@ -27,7 +27,7 @@ there are, so its spread describes ``B`` reads, not the sample set.
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 

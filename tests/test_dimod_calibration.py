@@ -11,9 +11,13 @@ import pytest
 pytest.importorskip("dwave.system")
 pytest.importorskip("dwave.samplers")
 from _hidden_beta import GroundStateSampler, HiddenBetaSampler, dense_model, z_scores
+from isingattn.inference.dimod_engine import (
+    DimodCalibrationWarning,
+    DimodEngine,
+    declared_ranges,
+)
 
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference.dimod_engine import DimodCalibrationWarning, DimodEngine, declared_ranges
 from isingattn.model import IsingModel
 from isingattn.testing import brute_force
 

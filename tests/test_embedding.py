@@ -16,9 +16,13 @@ from _hidden_beta import HiddenBetaSampler, dense_model, z_scores
 from dwave.embedding.chain_strength import uniform_torque_compensation
 from dwave.system import EmbeddingComposite
 from dwave.system.testing import MockDWaveSampler
+from isingattn.inference.dimod_engine import (
+    ChainBreakWarning,
+    DimodEngine,
+    declared_ranges,
+)
 
 from isingattn.errors import IsingInputError
-from isingattn.inference.dimod_engine import ChainBreakWarning, DimodEngine, declared_ranges
 from isingattn.model import IsingModel
 from isingattn.testing import brute_force
 

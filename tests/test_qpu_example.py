@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dimod
 import numpy as np
 import pytest
 

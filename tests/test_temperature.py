@@ -7,11 +7,18 @@ import pytest
 
 pytest.importorskip("dwave.system")
 import dimod
-from dwave.system.temperatures import maximum_pseudolikelihood, maximum_pseudolikelihood_temperature
+from dwave.system.temperatures import (
+    maximum_pseudolikelihood,
+    maximum_pseudolikelihood_temperature,
+)
 
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.model import IsingModel
-from isingattn.temperature import effective_beta, local_excitations, pseudo_likelihood_beta
+from isingattn.temperature import (
+    effective_beta,
+    local_excitations,
+    pseudo_likelihood_beta,
+)
 from isingattn.testing import all_spins
 
 
