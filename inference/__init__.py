@@ -5,7 +5,7 @@
 
 from isingattn.engine import ConvergenceWarning, Engine, available, get, register
 from isingattn.inference.banded import Banded
-from isingattn.inference.dimod_engine import DimodEngine
+from isingattn.inference.dimod_engine import ChainBreakWarning, DimodCalibrationWarning, DimodEngine
 from isingattn.inference.dimod_sampler import DQASampler, SQASampler
 from isingattn.inference.dqa import DQA, DQACalibrationWarning, DQARangeWarning, DQAWarning
 from isingattn.inference.exact import Exact
@@ -15,4 +15,4 @@ from isingattn.inference.gibbs_numpyro import IsingGibbsKernel
 from isingattn.inference.meanfield import MeanField, MeanFieldConvergenceWarning
 from isingattn.inference.sqa import SQA
 
-__all__ = ["Banded", "ConvergenceWarning", "DQA", "DQACalibrationWarning", "DQARangeWarning", "DQASampler", "DQAWarning", "DimodEngine", "Engine", "Exact", "Gibbs", "IsingGibbsKernel", "MeanField", "MeanFieldConvergenceWarning", "SQA", "SQASampler", "available", "get", "register", "to_inference_data"]
+__all__ = ["Banded", "ChainBreakWarning", "ConvergenceWarning", "DQA", "DQACalibrationWarning", "DQARangeWarning", "DQASampler", "DQAWarning", "DimodCalibrationWarning", "DimodEngine", "Engine", "Exact", "Gibbs", "IsingGibbsKernel", "MeanField", "MeanFieldConvergenceWarning", "SQA", "SQASampler", "available", "get", "register", "to_inference_data"]
