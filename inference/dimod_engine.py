@@ -48,6 +48,81 @@ def beta_kwargs(sampler, beta: float) -> Optional[dict]:
     return None
 
 
+def _sa_sampler():
+    try:
+        from dwave.samplers import SimulatedAnnealingSampler
+    except ImportError:
+        raise ImportError("DimodEngine() defaults to dwave-samplers' SimulatedAnnealingSampler: "
+                          "pip install dwave-samplers, or pass a sampler: DimodEngine(my_sampler).") from None
+    return SimulatedAnnealingSampler()
+
+
+# name form -> what it builds (the forms a bad name's error lists)
+SAMPLER_NAMES = {
+    "sa": "dwave-samplers' SimulatedAnnealingSampler() (β passed as beta_range: a Boltzmann sampler)",
+    "hidden-beta:<beta0>[:<num_sweeps>]": "isingattn.testing.HiddenBetaSampler(beta0, num_sweeps): fixed-β "
+                                          "simulated annealing at a β the engine is not told (a QPU stand-in)",
+    "mock-pegasus[<m>]:<name>": "isingattn.testing.mock_qpu(<name>, m): EmbeddingComposite(MockDWaveSampler) on "
+                                "Pegasus P(m) (m = 3 by default), the named sampler sampling the embedded problem",
+}
+
+
+def _bad_name(name, why):
+    forms = "; ".join(f"{k!r}: {v}" for k, v in SAMPLER_NAMES.items())
+    return IsingInputError(f"DimodEngine: sampler name {name!r} {why}. A sampler name is one of: {forms}. "
+                           "E.g. sampler='hidden-beta:2.5' or 'mock-pegasus:hidden-beta:2.5'; or pass a sampler object "
+                           "(which a saved model config cannot hold).")
+
+
+def _build_named(name: str, full: str):
+    head, _, rest = name.partition(":")
+    if head == "sa" and not rest:
+        return _sa_sampler()
+    if head == "hidden-beta":
+        from isingattn.testing import HiddenBetaSampler
+
+        parts = rest.split(":") if rest else []
+        try:
+            if not 1 <= len(parts) <= 2:
+                raise ValueError
+            beta0, sweeps = float(parts[0]), (int(parts[1]) if len(parts) == 2 else 300)
+        except ValueError:
+            raise _bad_name(full, "is not hidden-beta:<beta0>[:<num_sweeps>] (a positive float, a positive "
+                                  "integer)") from None
+        if not (math.isfinite(beta0) and beta0 > 0 and sweeps > 0):
+            raise _bad_name(full, "needs beta0 > 0 (finite) and num_sweeps > 0")
+        return HiddenBetaSampler(beta0, sweeps)
+    if head.startswith("mock-pegasus"):
+        m = head[len("mock-pegasus"):] or "3"
+        if not m.isdigit() or int(m) < 2 or not rest:
+            raise _bad_name(full, "is not mock-pegasus[<m>]:<name> (m an integer >= 2, then the substitute's name)")
+        from isingattn.testing import mock_qpu
+
+        return mock_qpu(_build_named(rest, full), int(m))
+    raise _bad_name(full, "is not a known sampler name")
+
+
+class NamedSampler(str):
+    """A sampler given by name (:data:`SAMPLER_NAMES`): the name itself (a ``str``, so an engine
+    holding it saves as JSON and rebuilds from it, ``isingattn.engine.to_spec``) that samples
+    like the sampler it names (attributes are the built sampler's)."""
+
+    def __new__(cls, name: str):
+        obj = super().__new__(cls, name)
+        obj.__dict__["_sampler"] = _build_named(str(name), str(name))
+        return obj
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self.__dict__["_sampler"], attr)
+
+    @property
+    def built(self):
+        """The sampler object this name builds."""
+        return self.__dict__["_sampler"]
+
+
 class DimodCalibrationWarning(ConvergenceWarning):
     """Calibration did not bring the samples' effective β to the model's β
     (``info["calibrated"]`` False): the sampler returns only ground states, or the scale
@@ -84,8 +159,8 @@ _CHAIN_KEYS = ("chain_break_fraction", "broken_reads", "chains_intact")
 
 @register("dimod")
 class DimodEngine(Engine):
-    """``DimodEngine(sampler, num_reads=256, calibrate=False, ..., **sample_kwargs)``: sample
-    each model's BQM with ``sampler``.
+    """``DimodEngine(sampler=None, num_reads=256, calibrate=False, ..., pool=False, **sample_kwargs)``:
+    sample each model's BQM with ``sampler`` (a dimod sampler, or its name).
 
     ``num_reads`` reads per model; a per-model integer ``seed`` is drawn from ``key`` when the
     sampler accepts one. β is passed as :func:`beta_kwargs` describes; samplers without a
@@ -118,7 +193,27 @@ class DimodEngine(Engine):
     ``info["chain_break_fraction"]``: mean fraction of broken chains over all reads drawn;
     ``info["broken_reads"]``: fraction of reads drawn with a broken chain.
 
-    Slow where the sampler is: one host call (per round) per model of the batch.
+    Samplers by name (:data:`SAMPLER_NAMES`): ``sampler="sa"`` (the default's sampler, by name),
+    ``"hidden-beta:2.5"`` (:class:`isingattn.testing.HiddenBetaSampler`, a QPU stand-in at a β
+    the engine is not told) or ``"mock-pegasus:hidden-beta:2.5"`` (that sampler behind
+    ``EmbeddingComposite(MockDWaveSampler)`` on Pegasus, :func:`isingattn.testing.mock_qpu`).
+    The engine then holds the name (a :class:`NamedSampler`), so it saves in a model config
+    (``isingattn.engine.to_spec``, ``models.saved``) and rebuilds from it; an engine around a
+    sampler object does not. A bad name raises ``IsingInputError`` listing the forms.
+
+    ``pool=True`` (for training, where a call holds hundreds of small query models): every
+    round samples all the models of the call at once, as one BQM of disjoint parts (one
+    sampler call; an embedding composite still gets one call per model), and calibration
+    fits one scale ``(c_h, c_J)`` on the pooled reads, so two rounds usually suffice and the
+    fit is precise. ``info`` then holds the pooled values for every model. It assumes the
+    sampler's temperature does not depend on the problem (true of a fixed-β sampler; on a
+    QPU, of problems of one kind and scale) and that it samples disjoint parts independently.
+    Spins with no field and no coupling (a causal query's inactive keys) are drawn
+    uniformly on the host. With ``num_bootstrap=0`` (no interval) ``calibrated`` means within
+    ``calibration_rtol``.
+
+    Slow where the sampler is: one host call (per round) per model of the batch, or per
+    call with ``pool``.
     """
 
     sampler: Any = eqx.field(static=True)
@@ -133,6 +228,7 @@ class DimodEngine(Engine):
     beta_level: float = eqx.field(static=True, default=0.95)
     chain_strength: Any = eqx.field(static=True, default=None)
     chain_break_rounds: int = eqx.field(static=True, default=8)
+    pool: bool = eqx.field(static=True, default=False)
     needs_key: ClassVar[bool] = True  # it seeds the sampler
     jit: ClassVar[bool] = False  # the sampler runs on the host (pure_callback works under a caller's jit too)
     sparse_native: ClassVar[bool] = True  # an edge list goes to the BQM as it is, never densified
@@ -141,7 +237,7 @@ class DimodEngine(Engine):
     def __init__(self, sampler=None, num_reads: int = 256, *, calibrate: bool = False, estimate_beta: bool = False,
                  split: bool = True, calibration_steps: int = 5, calibration_rtol: float = 0.05,
                  num_bootstrap: int = 100, beta_level: float = 0.95, chain_strength=None,
-                 chain_break_rounds: int = 8, **sample_kwargs):
+                 chain_break_rounds: int = 8, pool: bool = False, sample_kwargs=None, **kw):
         own = "DimodEngine"
         num_reads = V.positive_int("num_reads", num_reads, owner=own)  # 0 reads: NaN marginals
         calibrate = V.boolean("calibrate", calibrate, owner=own)
@@ -152,20 +248,30 @@ class DimodEngine(Engine):
         num_bootstrap = V.nonneg_int("num_bootstrap", num_bootstrap, owner=own)
         beta_level = V.float_in("beta_level", beta_level, 0.0, 1.0, owner=own, lo_open=True, hi_open=True)
         chain_break_rounds = V.positive_int("chain_break_rounds", chain_break_rounds, owner=own)
-        if sampler is None:
+        pool = V.boolean("pool", pool, owner=own)
+        if sample_kwargs is not None:  # the saved form (isingattn.engine.to_spec): sorted (key, value) pairs
             try:
-                from dwave.samplers import SimulatedAnnealingSampler
-            except ImportError:
-                raise ImportError("DimodEngine() defaults to dwave-samplers' SimulatedAnnealingSampler: "
-                                  "pip install dwave-samplers, or pass a sampler: DimodEngine(my_sampler).") from None
-            sampler = SimulatedAnnealingSampler()
+                saved = dict(sample_kwargs)
+            except (TypeError, ValueError):
+                raise IsingInputError(f"DimodEngine: sample_kwargs must be a dict or (key, value) pairs of sampler "
+                                      f"keywords; got {sample_kwargs!r}.") from None
+            clash = sorted(set(saved) & set(kw))
+            if clash:
+                raise IsingInputError(f"DimodEngine: sampler keyword(s) {clash} given both in sample_kwargs and "
+                                      "directly; give each once.")
+            kw = {**saved, **kw}
+        sample_kwargs = kw
+        if sampler is None:
+            sampler = _sa_sampler()  # an object (pass sampler="sa" for one that saves in a model config)
+        elif isinstance(sampler, str) and not isinstance(sampler, NamedSampler):
+            sampler = NamedSampler(sampler)
         if not hasattr(sampler, "sample"):
-            raise IsingTypeError(f"sampler must be a dimod.Sampler (with .sample); got {type(sampler).__name__}.")
+            raise IsingTypeError(f"sampler must be a dimod.Sampler (with .sample); got {_name(sampler)}.")
         params = getattr(sampler, "parameters", None)
         if isinstance(params, dict) and params:  # a sampler that lists its parameters: catch typos now
             unknown = sorted(k for k in sample_kwargs if k not in params)
             if unknown:
-                raise IsingInputError(f"DimodEngine: {type(sampler).__name__} has no parameter(s) {unknown}; its parameters "
+                raise IsingInputError(f"DimodEngine: {_name(sampler)} has no parameter(s) {unknown}; its parameters "
                                       f"are {sorted(params)}.")
         embedded = isinstance(params, dict) and "chain_strength" in params
         if chain_strength is not None:
@@ -179,7 +285,7 @@ class DimodEngine(Engine):
             if not embedded:
                 raise IsingInputError(f"DimodEngine: chain_strength applies to embedding composites (a sampler with a "
                                       f"'chain_strength' parameter, e.g. EmbeddingComposite(DWaveSampler())); "
-                                      f"{type(sampler).__name__} has none. Drop chain_strength, or wrap the sampler.")
+                                      f"{_name(sampler)} has none. Drop chain_strength, or wrap the sampler.")
         if estimate_beta:
             try:
                 import dwave.system.temperatures  # noqa: F401
@@ -193,6 +299,7 @@ class DimodEngine(Engine):
         self.calibration_steps, self.calibration_rtol = calibration_steps, calibration_rtol
         self.num_bootstrap, self.beta_level = num_bootstrap, beta_level
         self.chain_strength, self.chain_break_rounds = chain_strength, chain_break_rounds
+        self.pool = pool
 
     @property
     def embedded(self) -> bool:
@@ -202,7 +309,7 @@ class DimodEngine(Engine):
 
     def _prepare(self, model: IsingModel) -> Engine:
         if not self.calibrate and beta_kwargs(self.sampler, 1.0) is None and not _is_traced(model.beta):
-            warnings.warn(f"{type(self.sampler).__name__} has no temperature parameter: its samples do not follow "
+            warnings.warn(f"{_name(self.sampler)} has no temperature parameter: its samples do not follow "
                           "exp(-βE); marginals and gradients are those of its own output distribution. "
                           "DimodEngine(sampler, calibrate=True) rescales the problem until they do.",
                           stacklevel=5)  # the caller of marginals (past equinox's method wrappers)
@@ -268,7 +375,7 @@ class DimodEngine(Engine):
             arr = ss.record.sample.repeat(ss.record.num_occurrences, axis=0)[:, cols].astype(np.float64)
             if not self.embedded:
                 if len(arr) < S:
-                    raise RuntimeError(f"{type(self.sampler).__name__} returned {len(arr)} reads; asked for {S}.")
+                    raise RuntimeError(f"{_name(self.sampler)} returned {len(arr)} reads; asked for {S}.")
                 return _subset(arr, S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1))), None
             cbf = np.asarray(ss.record.chain_break_fraction, np.float64).repeat(ss.record.num_occurrences)
             fracs.append(cbf)
@@ -282,7 +389,7 @@ class DimodEngine(Engine):
         if not intact:  # flagged (info, ChainBreakWarning): majority-voted reads fill the rest
             good = np.concatenate([good, np.concatenate(broken)])
         if len(good) < S:
-            raise RuntimeError(f"{type(self.sampler).__name__} returned {len(good)} reads; asked for {S}.")
+            raise RuntimeError(f"{_name(self.sampler)} returned {len(good)} reads; asked for {S}.")
         return _subset(good, S, seed, shuffle=True), (float(allf.mean()), float(np.mean(allf > 0)), float(intact))
 
     def _host_sample(self, h, J, beta, seeds, *, dtype, graph=None):
@@ -290,6 +397,8 @@ class DimodEngine(Engine):
         edge weights ``[B, E]``; returns the reads ``[B, num_reads, n]`` and the diagnostics
         ``[B, K]`` (:meth:`_info_keys`)."""
         h, J, beta = np.asarray(h, np.float64), np.asarray(J, np.float64), float(beta)
+        if self.pool:
+            return self._host_pooled(h, J, beta, seeds, dtype=dtype, graph=graph)
         B, n = h.shape
         keys = self._info_keys()
         out = np.zeros((B, self.num_reads, n), dtype=dtype)
@@ -370,6 +479,155 @@ class DimodEngine(Engine):
                    ground_only=float(e.ground_only), at_range_limit=float(at_limit))
         return arr, chains, row
 
+    # ---- pool=True: one sampler call per round for all models, one pooled scale ---------------
+
+    def _draw_union(self, h, J, c, seed, beta):
+        """Reads ``[B, S, n]`` of every model at once: one BQM of ``B`` disjoint parts
+        (``c_h·h``, ``c_J·J``), one sampler call. Spins with no field and no coupling are left
+        out of the BQM and drawn uniformly here: that is their Boltzmann law at any β."""
+        B, n = h.shape
+        S = self.num_reads
+        free = (h == 0) & ~np.any(J != 0, axis=-1)
+        act = np.flatnonzero(~free.reshape(-1))
+        bi, ii, jj = np.nonzero(np.triu(J, 1))
+        lin = -c[0] * h.reshape(-1)[act]
+        pos = np.full(B * n, -1)
+        pos[act] = np.arange(len(act))
+        quad = (pos[bi * n + ii], pos[bi * n + jj], -c[1] * J[bi, ii, jj])
+        bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(lin, quad, 0.0, dimod.SPIN)
+        params = getattr(self.sampler, "parameters", {}) or {}
+        kw = dict(self.sample_kwargs)
+        kw.update(beta_kwargs(self.sampler, beta) or {})
+        if "seed" in params or "seed" in kw:
+            kw.setdefault("seed", int(seed) % (2**31 - 1))
+        if "auto_scale" in params and self.calibrate:
+            kw.setdefault("auto_scale", False)
+        rng = np.random.default_rng(int(seed))
+        flat = np.where(rng.random((S, B * n)) < 0.5, 1.0, -1.0)
+        if len(act):
+            ss = self.sampler.sample(bqm, num_reads=S, **kw)
+            arr = ss.record.sample.repeat(ss.record.num_occurrences, axis=0)
+            if len(arr) < S:
+                raise RuntimeError(f"{_name(self.sampler)} returned {len(arr)} reads; asked for {S}.")
+            order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))  # columns in label order
+            arr = _subset(arr[:, order].astype(np.float64), S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1)))
+            flat[:, act] = arr
+        return flat.reshape(S, B, n).transpose(1, 0, 2)
+
+    def _pooled_fit(self, eh, eJ, boot, seed):
+        """The MPL β of the reads of every model together (``eh``, ``eJ``: field and coupling
+        excitations ``[B, S, n]``; the reads of one call index are one read of the union
+        model): ``(β, β_lo, β_hi, β_se, β_h, β_J, ground_only)``."""
+        from isingattn.temperature import _dwave_fit
+
+        B, S, n = eh.shape
+        eh, eJ = (e.transpose(1, 0, 2).reshape(S, B * n) for e in (eh, eJ))
+        one = (eh + eJ)[None]
+        parts = [e for e in (eh, eJ) if np.any(e != 0)]
+        two = np.stack([eh, eJ]) if self.split and len(parts) == 2 else None
+
+        def fit(rows):
+            b = float(_dwave_fit(one[:, rows])[0])
+            bh = bJ = np.nan
+            if two is not None and all(np.max(e) > 0 > np.min(e) for e in two[:, rows]):
+                bh, bJ = _dwave_fit(two[:, rows], x0=np.array([b, b]) if np.isfinite(b) else None)
+            elif self.split and len(parts) == 1:
+                bh, bJ = (b, np.nan) if np.any(eh != 0) else (np.nan, b)
+            return b, float(bh), float(bJ)
+
+        b, bh, bJ = fit(np.arange(S))
+        lo = hi = se = np.nan
+        if boot:
+            rng = np.random.default_rng(int(seed))
+            v = np.array([fit(rng.integers(0, S, S))[0] for _ in range(boot)])
+            q = (100 * (1 - self.beta_level) / 2, 100 * (1 + self.beta_level) / 2)
+            with np.errstate(invalid="ignore"):
+                lo, hi = (float(x) for x in np.percentile(v, q))
+            fin = v[np.isfinite(v)]
+            se = float(np.std(fin, ddof=1)) if fin.size > 1 else np.nan
+        return b, lo, hi, se, bh, bJ, bool(np.all(one <= 0))
+
+    def _host_pooled(self, h, J, beta, seeds, *, dtype, graph=None):
+        """:meth:`_host_sample` with ``pool``: every round draws all ``B`` models (one call of
+        the union BQM, or, for an embedding composite, one call per model) at one scale
+        ``(c_h, c_J)`` fitted on the pooled reads; every model gets the pooled diagnostics."""
+        B, n = h.shape
+        if graph is not None:  # dense per model: the excitations and the union need it
+            Jd = np.zeros((B, n, n))
+            e = np.asarray(graph.edges)
+            Jd[:, e[:, 0], e[:, 1]] = J
+            Jd[:, e[:, 1], e[:, 0]] = J
+            J = Jd
+        seed = int(seeds[0])
+        keys = self._info_keys()
+
+        def draw(c, it):
+            if not self.embedded:
+                return self._draw_union(h, J, c, seed + 7 * it, beta), None
+            arrs, chains = [], []
+            for b in range(B):
+                bqm = dimod.BinaryQuadraticModel({i: -c[0] * h[b, i] for i in range(n)},
+                                                 {(i, j): -c[1] * J[b, i, j] for i, j in zip(*np.nonzero(np.triu(J[b], 1)))},
+                                                 0.0, dimod.SPIN)
+                a, ch = self._draw(bqm, n, int(seeds[b]) + 7 * it, beta, self.calibrate)
+                arrs.append(a)
+                chains.append(ch)
+            return np.stack(arrs), chains
+
+        def fit(arr, boot):
+            eh = -2.0 * arr * h[:, None, :]
+            eJ = -2.0 * arr * np.einsum("bsj,bjk->bsk", arr, J)
+            return self._pooled_fit(eh, eJ, boot, seed)
+
+        row = {}
+        if not self.estimate_beta:
+            arr, chains = draw(np.ones(2), 0)
+        elif not self.calibrate:
+            arr, chains = draw(np.ones(2), 0)
+            b, lo, hi, se, bh, bJ, g = fit(arr, self.num_bootstrap)
+            row = dict(beta_eff=b, beta_eff_lo=lo, beta_eff_hi=hi, beta_eff_se=se, beta_h=bh, beta_J=bJ,
+                       ground_only=float(g))
+        else:
+            h_max, j_max = declared_ranges(self.sampler)
+            ah, aJ = np.max(np.abs(h), initial=0.0), np.max(np.abs(J), initial=0.0)
+            c_max = np.array([h_max / ah if ah > 0 else np.inf, j_max / aJ if aJ > 0 else np.inf])
+            if self.embedded and self.chain_strength is None and np.isfinite(j_max) and aJ > 0:
+                utc = max(_utc()(dimod.BinaryQuadraticModel({}, {(i, j): -J[b, i, j] for i, j in
+                                                                 zip(*np.nonzero(np.triu(J[b], 1)))}, 0.0, dimod.SPIN))
+                          for b in range(B) if np.any(J[b]))
+                c_max[1] = min(c_max[1], j_max / max(utc, 1e-300))
+            if not self.split:
+                c_max[:] = c_max.min()
+            c = np.minimum(1.0, c_max)
+            best, it = None, 0
+            for it in range(1, self.calibration_steps + 1):
+                arr, chains = draw(c, it)
+                b, _, _, _, bh, bJ, g = fit(arr, 0)
+                bs = np.array([bh, bJ]) if self.split else np.array([b, b])
+                bs = np.where(np.isnan(bs), b, bs)
+                err = float(np.max(np.abs(bs / beta - 1))) if np.all(np.isfinite(bs)) else np.inf
+                if best is None or err < best[0]:
+                    best = (err, arr, chains, c.copy())
+                if err <= self.calibration_rtol:
+                    break
+                new = c / 4 if (g or np.any(np.isinf(bs))) else c * beta / bs if np.all(bs > 0) else c
+                new = np.minimum(new, c_max)
+                if np.allclose(new, c, rtol=1e-12):
+                    break
+                c = new
+            err, arr, chains, c = best
+            b, lo, hi, se, bh, bJ, g = fit(arr, self.num_bootstrap)
+            tol = self.calibration_rtol + (2 * se / beta if np.isfinite(se) else 0.0)
+            at_limit = bool(np.any(c >= c_max * (1 - 1e-9)) and err > self.calibration_rtol)
+            row = dict(beta_eff=b, beta_eff_lo=lo, beta_eff_hi=hi, beta_eff_se=se, beta_h=bh, beta_J=bJ,
+                       scale_h=c[0], scale_J=c[1], calibration_iterations=it, calibration_error=err,
+                       calibrated=float(err <= tol and not g), ground_only=float(g), at_range_limit=float(at_limit))
+        diag = np.tile(np.array([row.get(k, np.nan) for k in keys], np.float64), (B, 1))
+        if chains is not None:
+            for j, k in enumerate(_CHAIN_KEYS):
+                diag[:, keys.index(k)] = [ch[j] for ch in chains]
+        return arr.astype(dtype), diag.astype(dtype)
+
     def _warning(self, flag, info, bad, total) -> str:
         if flag == "chains_intact":
             return (f"DimodEngine: {bad} of {total} models got fewer than num_reads={self.num_reads} reads with intact "
@@ -389,6 +647,11 @@ class DimodEngine(Engine):
         return (f"DimodEngine: calibration did not reach the model's β within calibration_rtol="
                 f"{self.calibration_rtol} for {bad} of {total} models: {why}. Their samples follow "
                 "info['beta_eff'], not the model's β (info['calibrated'] False).")
+
+
+def _name(sampler) -> str:
+    """The class name of a sampler (of the one a name builds, for a :class:`NamedSampler`)."""
+    return type(sampler.built if isinstance(sampler, NamedSampler) else sampler).__name__
 
 
 def _utc():

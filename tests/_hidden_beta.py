@@ -1,29 +1,11 @@
-"""Samplers for the calibration tests: dwave-samplers' SimulatedAnnealingSampler at a fixed
-β that it does not let its caller change (a stand-in for a QPU's unknown temperature)."""
+"""Samplers for the calibration tests. The hidden-β sampler (dwave-samplers'
+SimulatedAnnealingSampler at a fixed β that its caller cannot change, a stand-in for a QPU's
+unknown temperature) is public: :class:`isingattn.testing.HiddenBetaSampler`."""
 
 import dimod
 import numpy as np
-from dwave.samplers import SimulatedAnnealingSampler
 
-
-class HiddenBetaSampler(dimod.Sampler):
-    """Fixed-β Metropolis (``beta_range=[β0, β0]``) for ``num_sweeps`` from a random state per
-    read: iid reads of ``exp(-β0 E)`` once the sweeps mix. Every keyword but ``num_reads`` and
-    ``seed`` is ignored (the β a caller passes, and what MockDWaveSampler forwards). Without
-    a ``seed`` (MockDWaveSampler passes none) seeds come from ``np.random.default_rng(seed)``."""
-
-    parameters = {"num_reads": [], "seed": []}
-    properties = {}
-
-    def __init__(self, beta, num_sweeps=300, seed=0, properties=None):
-        self.beta, self.num_sweeps = beta, num_sweeps
-        self.rng = np.random.default_rng(seed)
-        self.properties = dict(properties or {})
-
-    def sample(self, bqm, num_reads=1, seed=None, **ignored):
-        seed = int(self.rng.integers(2**31 - 1)) if seed is None else seed
-        return SimulatedAnnealingSampler().sample(bqm, num_reads=num_reads, beta_range=[self.beta, self.beta],
-                                                  beta_schedule_type="linear", num_sweeps=self.num_sweeps, seed=seed)
+from isingattn.testing import HiddenBetaSampler  # noqa: F401  (re-exported for the tests)
 
 
 class GroundStateSampler(dimod.Sampler):
