@@ -120,6 +120,10 @@ class Cell:
     def name(self) -> str:
         implied = ("exact", "banded") if self.J_param != "full" else ("exact",)  # Banded is how a band is run
         tail = ("" if self.ffn else "-noffn") + ("" if self.engine in implied else f"-{self.engine}")
+        if self.engine == "dimod":  # calibrated or raw reads, a mock QPU or the sampler alone
+            kw = dict(self.engine_kw)
+            tail += ("-cal" if kw.get("calibrate") else "-raw") + ("-mock" if str(kw.get("sampler", "")).startswith(
+                "mock") else "")
         if self.engine_kw and self.engine == "meanfield":
             tail += "-" + dict(self.engine_kw).get("method", "naive")
         if self.J_param != "full" or self.J_band is not None:
@@ -191,6 +195,11 @@ def study(annealers: dict) -> list[Cell]:
              for form in forms for f in (True, False)]
     hard += [Cell("annealing-hard", "brackets-hard", T, variants=("hJ",), seeds=5, engine=e, engine_kw=kw, **every)
              for T in (8, 16) for e, kw in annealers.items()]
+    # issue 14: hJ trained through a sampler whose β is hidden (fixed-β SA at β0 = 2.5 that ignores the β it is
+    # given), calibrated and raw, against exact-trained hJ; one pooled calibration scale per call (DESIGN.md §3)
+    qpu = dict(sampler="hidden-beta:2.5", pool=True, num_reads=64, num_bootstrap=0)
+    hard += [Cell("annealing-qpu", "brackets-hard", 8, variants=("hJ",), seeds=3, engine="dimod",
+                  engine_kw=tuple(sorted({**qpu, "calibrate": cal}.items())), **every) for cal in (True, False)]
     # J decayed toward zero like every matrix, against hJ with J not decayed (brackets-hard, same T and seeds)
     hard += [Cell("confounds", "brackets-hard", 16, variants=("hJ",), seeds=5, weight_decay_on="matrices+J", **every)]
     # deeper and wider models may compensate for missing couplings (the paper's own caveat)

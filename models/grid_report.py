@@ -34,6 +34,7 @@ PAPER = {
 PAPER["brackets-hard"] = "Not in the paper (issue 13): " + PAPER["brackets"]
 PAPER["shakespeare-long"] = "Not in the paper beyond T=12 (issue 13): the gain over softmax should grow with T."
 PAPER["annealing-hard"] = PAPER["annealing"]
+PAPER["annealing-qpu"] = PAPER["annealing"] + " Its annealer's temperature is not set by the user (issue 14)."
 PAPER.update(confounds="Not in the paper: J is decayed toward zero like every matrix.",
              depth="The paper's caveat: deeper and wider models may compensate for the missing couplings.",
              meanfield="Not in the paper: full J at long context through mean field or BP.")
@@ -42,6 +43,7 @@ PARTS = (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is bett
          ("annealing", "hJ trained through sampling engines (bracket matching, test accuracy %)"),
          ("brackets-hard", "brackets-hard (issue 13): test accuracy in % (higher is better)"),
          ("annealing-hard", "hJ trained through sampling engines on brackets-hard (test accuracy %)"),
+         ("annealing-qpu", "hJ trained through a sampler whose β is hidden, calibrated and raw (brackets-hard, %)"),
          ("confounds", "J weight-decayed toward zero, against hJ with J not decayed (brackets-hard, accuracy %)"),
          ("depth", "2 layers x 4 heads (brackets-hard, test accuracy %)"),
          ("shakespeare-long", "Tiny Shakespeare at long context (issue 13): validation perplexity"),
@@ -50,6 +52,7 @@ PARTS = (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is bett
 # than softmax: (reference part, variant, label). Where no such cell exists, the row falls back to softmax.
 AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
            "annealing-hard": ("brackets-hard", "hJ", "exact-trained hJ"),
+           "annealing-qpu": ("brackets-hard", "hJ", "exact-trained hJ"),
            "confounds": ("brackets-hard", "hJ", "hJ, J not decayed"),
            "meanfield": ("shakespeare-long", "hJ", "exact-trained hJ")}
 # Parts whose cells may take softmax from another part's cell of the same shape when they lack it.
