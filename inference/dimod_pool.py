@@ -1,0 +1,159 @@
+"""``DimodEngine(pool=True)``: every model of a call sampled as one BQM of disjoint parts, with
+one calibration scale fitted on the pooled reads (DESIGN.md §3, "Training through a hidden-β
+sampler"). These are :class:`~isingattn.inference.dimod_engine.DimodEngine` methods, kept here
+so that the engine file holds the per-model path only.
+"""
+
+from __future__ import annotations
+
+import dimod
+import numpy as np
+
+from isingattn.inference.sampler_spec import _CHAIN_KEYS, _name, _subset, _utc, beta_kwargs, declared_ranges
+
+def _draw_union(self, h, J, c, seed, beta):
+    """Reads ``[B, S, n]`` of every model at once: one BQM of ``B`` disjoint parts
+    (``c_h·h``, ``c_J·J``), one sampler call. Spins with no field and no coupling are left
+    out of the BQM and drawn uniformly here: that is their Boltzmann law at any β."""
+    B, n = h.shape
+    S = self.num_reads
+    free = (h == 0) & ~np.any(J != 0, axis=-1)
+    act = np.flatnonzero(~free.reshape(-1))
+    bi, ii, jj = np.nonzero(np.triu(J, 1))
+    lin = -c[0] * h.reshape(-1)[act]
+    pos = np.full(B * n, -1)
+    pos[act] = np.arange(len(act))
+    quad = (pos[bi * n + ii], pos[bi * n + jj], -c[1] * J[bi, ii, jj])
+    bqm = dimod.BinaryQuadraticModel.from_numpy_vectors(lin, quad, 0.0, dimod.SPIN)
+    params = getattr(self.sampler, "parameters", {}) or {}
+    kw = dict(self.sample_kwargs)
+    kw.update(beta_kwargs(self.sampler, beta) or {})
+    if "seed" in params or "seed" in kw:
+        kw.setdefault("seed", int(seed) % (2**31 - 1))
+    if "auto_scale" in params and self.calibrate:
+        kw.setdefault("auto_scale", False)
+    rng = np.random.default_rng(int(seed))
+    flat = np.where(rng.random((S, B * n)) < 0.5, 1.0, -1.0)
+    if len(act):
+        ss = self.sampler.sample(bqm, num_reads=S, **kw)
+        arr = ss.record.sample.repeat(ss.record.num_occurrences, axis=0)
+        if len(arr) < S:
+            raise RuntimeError(f"{_name(self.sampler)} returned {len(arr)} reads; asked for {S}.")
+        order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))  # columns in label order
+        arr = _subset(arr[:, order].astype(np.float64), S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1)))
+        flat[:, act] = arr
+    return flat.reshape(S, B, n).transpose(1, 0, 2)
+
+def _pooled_fit(self, eh, eJ, boot, seed):
+    """The MPL β of the reads of every model together (``eh``, ``eJ``: field and coupling
+    excitations ``[B, S, n]``; the reads of one call index are one read of the union
+    model): ``(β, β_lo, β_hi, β_se, β_h, β_J, ground_only)``."""
+    from isingattn.temperature import _dwave_fit
+
+    B, S, n = eh.shape
+    eh, eJ = (e.transpose(1, 0, 2).reshape(S, B * n) for e in (eh, eJ))
+    one = (eh + eJ)[None]
+    parts = [e for e in (eh, eJ) if np.any(e != 0)]
+    two = np.stack([eh, eJ]) if self.split and len(parts) == 2 else None
+
+    def fit(rows):
+        b = float(_dwave_fit(one[:, rows])[0])
+        bh = bJ = np.nan
+        if two is not None and all(np.max(e) > 0 > np.min(e) for e in two[:, rows]):
+            bh, bJ = _dwave_fit(two[:, rows], x0=np.array([b, b]) if np.isfinite(b) else None)
+        elif self.split and len(parts) == 1:
+            bh, bJ = (b, np.nan) if np.any(eh != 0) else (np.nan, b)
+        return b, float(bh), float(bJ)
+
+    b, bh, bJ = fit(np.arange(S))
+    lo = hi = se = np.nan
+    if boot:
+        rng = np.random.default_rng(int(seed))
+        v = np.array([fit(rng.integers(0, S, S))[0] for _ in range(boot)])
+        q = (100 * (1 - self.beta_level) / 2, 100 * (1 + self.beta_level) / 2)
+        with np.errstate(invalid="ignore"):
+            lo, hi = (float(x) for x in np.percentile(v, q))
+        fin = v[np.isfinite(v)]
+        se = float(np.std(fin, ddof=1)) if fin.size > 1 else np.nan
+    return b, lo, hi, se, bh, bJ, bool(np.all(one <= 0))
+
+def _host_pooled(self, h, J, beta, seeds, *, dtype, graph=None):
+    """:meth:`_host_sample` with ``pool``: every round draws all ``B`` models (one call of
+    the union BQM, or, for an embedding composite, one call per model) at one scale
+    ``(c_h, c_J)`` fitted on the pooled reads; every model gets the pooled diagnostics."""
+    B, n = h.shape
+    if graph is not None:  # dense per model: the excitations and the union need it
+        Jd = np.zeros((B, n, n))
+        e = np.asarray(graph.edges)
+        Jd[:, e[:, 0], e[:, 1]] = J
+        Jd[:, e[:, 1], e[:, 0]] = J
+        J = Jd
+    seed = int(seeds[0])
+    keys = self._info_keys()
+
+    def draw(c, it):
+        if not self.embedded:
+            return self._draw_union(h, J, c, seed + 7 * it, beta), None
+        arrs, chains = [], []
+        for b in range(B):
+            bqm = dimod.BinaryQuadraticModel({i: -c[0] * h[b, i] for i in range(n)},
+                                             {(i, j): -c[1] * J[b, i, j] for i, j in zip(*np.nonzero(np.triu(J[b], 1)))},
+                                             0.0, dimod.SPIN)
+            a, ch = self._draw(bqm, n, int(seeds[b]) + 7 * it, beta, self.calibrate)
+            arrs.append(a)
+            chains.append(ch)
+        return np.stack(arrs), chains
+
+    def fit(arr, boot):
+        eh = -2.0 * arr * h[:, None, :]
+        eJ = -2.0 * arr * np.einsum("bsj,bjk->bsk", arr, J)
+        return self._pooled_fit(eh, eJ, boot, seed)
+
+    row = {}
+    if not self.estimate_beta:
+        arr, chains = draw(np.ones(2), 0)
+    elif not self.calibrate:
+        arr, chains = draw(np.ones(2), 0)
+        b, lo, hi, se, bh, bJ, g = fit(arr, self.num_bootstrap)
+        row = dict(beta_eff=b, beta_eff_lo=lo, beta_eff_hi=hi, beta_eff_se=se, beta_h=bh, beta_J=bJ,
+                   ground_only=float(g))
+    else:
+        h_max, j_max = declared_ranges(self.sampler)
+        ah, aJ = np.max(np.abs(h), initial=0.0), np.max(np.abs(J), initial=0.0)
+        c_max = np.array([h_max / ah if ah > 0 else np.inf, j_max / aJ if aJ > 0 else np.inf])
+        if self.embedded and self.chain_strength is None and np.isfinite(j_max) and aJ > 0:
+            utc = max(_utc()(dimod.BinaryQuadraticModel({}, {(i, j): -J[b, i, j] for i, j in
+                                                             zip(*np.nonzero(np.triu(J[b], 1)))}, 0.0, dimod.SPIN))
+                      for b in range(B) if np.any(J[b]))
+            c_max[1] = min(c_max[1], j_max / max(utc, 1e-300))
+        if not self.split:
+            c_max[:] = c_max.min()
+        c = np.minimum(1.0, c_max)
+        best, it = None, 0
+        for it in range(1, self.calibration_steps + 1):
+            arr, chains = draw(c, it)
+            b, _, _, _, bh, bJ, g = fit(arr, 0)
+            bs = np.array([bh, bJ]) if self.split else np.array([b, b])
+            bs = np.where(np.isnan(bs), b, bs)
+            err = float(np.max(np.abs(bs / beta - 1))) if np.all(np.isfinite(bs)) else np.inf
+            if best is None or err < best[0]:
+                best = (err, arr, chains, c.copy())
+            if err <= self.calibration_rtol:
+                break
+            new = c / 4 if (g or np.any(np.isinf(bs))) else c * beta / bs if np.all(bs > 0) else c
+            new = np.minimum(new, c_max)
+            if np.allclose(new, c, rtol=1e-12):
+                break
+            c = new
+        err, arr, chains, c = best
+        b, lo, hi, se, bh, bJ, g = fit(arr, self.num_bootstrap)
+        tol = self.calibration_rtol + (2 * se / beta if np.isfinite(se) else 0.0)
+        at_limit = bool(np.any(c >= c_max * (1 - 1e-9)) and err > self.calibration_rtol)
+        row = dict(beta_eff=b, beta_eff_lo=lo, beta_eff_hi=hi, beta_eff_se=se, beta_h=bh, beta_J=bJ,
+                   scale_h=c[0], scale_J=c[1], calibration_iterations=it, calibration_error=err,
+                   calibrated=float(err <= tol and not g), ground_only=float(g), at_range_limit=float(at_limit))
+    diag = np.tile(np.array([row.get(k, np.nan) for k in keys], np.float64), (B, 1))
+    if chains is not None:
+        for j, k in enumerate(_CHAIN_KEYS):
+            diag[:, keys.index(k)] = [ch[j] for ch in chains]
+    return arr.astype(dtype), diag.astype(dtype)
