@@ -15,9 +15,10 @@ import shutil
 import sys
 import time
 
-from isingattn.models.cli_args import (_bracket_length, _cell_from_args, _check_reproduce_args, _check_train_args,
-                                      _check_writable, _engine_from_args, _error, _names, _nonnegative_float,
-                                      _nonnegative_int, _positive_float, _positive_int, _variant_list)
+from isingattn.models.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
+                                      _check_train_args, _check_writable, _engine_from_args, _error, _names,
+                                      _nonnegative_float, _nonnegative_int, _positive_float, _positive_int,
+                                      _variant_list, add_bracket_data_options)
 
 
 def _train(args) -> int:
@@ -254,24 +255,6 @@ def _compare(args) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument error is one line (not the usage block) and exit status 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows every option's default, except a flag's (store_true/store_false: its help says
-    what giving it does; "(default: True)" on --no-ffn would read backwards) and a None
-    or empty default (the help says in words what happens without the option)."""
-
-    def _get_help_string(self, action):
-        if action.nargs == 0 or action.default is None or action.default == "":
-            return action.help
-        return super()._get_help_string(action)
-
-
 def build_parser() -> argparse.ArgumentParser:
     fmt = dict(formatter_class=_HelpFormatter)
     p = _Parser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.", **fmt)
@@ -325,25 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="train data-parallel on this many devices (--batch-size must be a multiple of it); "
                             "without it, one device")
         t.set_defaults(func=_train)
-    for t, n_train in ((b, 20000), (hb, 1000)):
-        t.add_argument("--depth", type=_positive_int, default=None,
-                       help="maximum nesting depth; without it T/2 (any nesting)")
-        t.add_argument("--types", type=_positive_int, default=3, help="number of bracket kinds (1..4)")
-        t.add_argument("--n-train", type=_positive_int, default=n_train, help="training strings (fewer if T is short)")
-        t.add_argument("--n-test", type=_positive_int, default=2000,
-                       help="held-out test strings (at most 20%% of the distinct strings if T is short)")
-    hb.add_argument("--filler", type=float, default=0.25, help="chance that a step is a filler token, in [0, 1)")
-    hb.add_argument("--split", choices=("shape", "string"), default="shape",
-                    help="hold out test strings by nesting shape (unseen in training) or only by string")
-    hb.add_argument("--nested", dest="interleaved", action="store_false",
-                    help="one nested Dyck word over all kinds instead of each kind its own word, interleaved")
+    add_bracket_data_options(b, hb)
     s_.add_argument("--data", default=None,
                     help="path to input.txt; without it $ISINGATTN_DATA, the cache, or a verified download")
 
     r = sub.add_parser("reproduce", help="the paper's experiment grid, resumable, into results/", **fmt)
     r.add_argument("--quick", action="store_true", help="a small grid (minutes on 2 CPU cores) into runs/reproduce-quick")
-    r.add_argument("--only", default=None, help="one part: shakespeare, brackets, annealing, or issue 13's brackets-hard, annealing-hard, "
-                        "confounds, depth, shakespeare-long, meanfield; without it, all")
+    r.add_argument("--only", default=None, help="one part of the grid, e.g. brackets or brackets-hard; without it, all")
     r.add_argument("--seq-len", type=_positive_int, default=None,
                    help="only the cells at this context length; without it, all")
     r.add_argument("--ffn", choices=("on", "off"), default=None,

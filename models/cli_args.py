@@ -232,3 +232,37 @@ def _check_reproduce_args(args) -> None:
         if value is not None and value not in valid:
             raise _error(f"{option} {value}: the {'quick ' if args.quick else ''}grid has no such cell; "
                          f"choose one of {', '.join(map(str, valid))}.")
+
+
+def add_bracket_data_options(b, hb) -> None:
+    """The data options of ``train brackets`` (``b``) and ``train brackets-hard`` (``hb``)."""
+    for t, n_train in ((b, 20000), (hb, 1000)):
+        t.add_argument("--depth", type=_positive_int, default=None,
+                       help="maximum nesting depth; without it T/2 (any nesting)")
+        t.add_argument("--types", type=_positive_int, default=3, help="number of bracket kinds (1..4)")
+        t.add_argument("--n-train", type=_positive_int, default=n_train, help="training strings (fewer if T is short)")
+        t.add_argument("--n-test", type=_positive_int, default=2000,
+                       help="held-out test strings (at most 20%% of the distinct strings if T is short)")
+    hb.add_argument("--filler", type=float, default=0.25, help="chance that a step is a filler token, in [0, 1)")
+    hb.add_argument("--split", choices=("shape", "string"), default="shape",
+                    help="hold out test strings by nesting shape (unseen in training) or only by string")
+    hb.add_argument("--nested", dest="interleaved", action="store_false",
+                    help="one nested Dyck word over all kinds instead of each kind its own word, interleaved")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (not the usage block) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default, except a flag's (store_true/store_false: its help says
+    what giving it does; "(default: True)" on --no-ffn would read backwards) and a None
+    or empty default (the help says in words what happens without the option)."""
+
+    def _get_help_string(self, action):
+        if action.nargs == 0 or action.default is None or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
