@@ -2,7 +2,10 @@
 SimulatedAnnealingSampler at a fixed β that its caller cannot change, a stand-in for a QPU's
 unknown temperature) is public: :class:`isingattn.testing.HiddenBetaSampler`."""
 
+import warnings
+
 import dimod
+import jax
 import numpy as np
 
 from isingattn.testing import HiddenBetaSampler  # noqa: F401  (re-exported for the tests)
@@ -71,3 +74,11 @@ class SortedExactSampler(dimod.Sampler):
         ss = dimod.SampleSet.from_samples_bqm((S[r], vs), bqm).aggregate()
         order = np.argsort(ss.record.energy, kind="stable")
         return dimod.SampleSet(ss.record[order], ss.variables, {}, ss.vartype)
+
+
+def run_recording_warnings(engine, model, seed=1):
+    """``(engine.marginals(model, key=PRNGKey(seed)), the warnings it issued)``."""
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = engine.marginals(model, key=jax.random.PRNGKey(seed))
+    return out, w

@@ -2,15 +2,13 @@
 follow the model's β (Exact / brute-force marginals within 4 standard errors from an ESS
 computed here); calibration that cannot reach the target warns and says why in info."""
 
-import warnings
-
-import jax
 import numpy as np
 import pytest
 
 pytest.importorskip("dwave.system")
 pytest.importorskip("dwave.samplers")
 from _hidden_beta import GroundStateSampler, HiddenBetaSampler, dense_model, z_scores
+from _hidden_beta import run_recording_warnings as _run
 from isingattn.inference.dimod_engine import (
     DimodCalibrationWarning,
     DimodEngine,
@@ -22,13 +20,6 @@ from isingattn.model import IsingModel
 from isingattn.testing import brute_force
 
 HIDDEN, TARGET, READS = 2.5, 1.0, 2000
-
-
-def _run(engine, model, seed=1):
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        out = engine.marginals(model, key=jax.random.PRNGKey(seed))
-    return out, w
 
 
 def test_calibrated_hidden_beta_reaches_exact_marginals():

@@ -4,15 +4,13 @@ marginals match Exact at the model's β (4 SE, ESS computed here), chain breaks 
 reported, reads with broken chains are discarded and flagged, and the chain strength
 defaults to uniform torque compensation."""
 
-import warnings
-
-import jax
 import numpy as np
 import pytest
 
 pytest.importorskip("dwave.system")
 pytest.importorskip("dwave.samplers")
 from _hidden_beta import HiddenBetaSampler, dense_model, z_scores
+from _hidden_beta import run_recording_warnings as _run
 from dwave.embedding.chain_strength import uniform_torque_compensation
 from dwave.system import EmbeddingComposite
 from dwave.system.testing import MockDWaveSampler
@@ -33,13 +31,6 @@ def _qpu(num_sweeps=2000, seed=3):
     # fixed-β Metropolis must flip whole chains: 2000 sweeps mix the embedded n=8 problem
     return EmbeddingComposite(MockDWaveSampler(topology_type="pegasus", topology_shape=[3], parameter_warnings=False,
                                                substitute_sampler=HiddenBetaSampler(HIDDEN, num_sweeps, seed)))
-
-
-def _run(engine, model, seed=1):
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        out = engine.marginals(model, key=jax.random.PRNGKey(seed))
-    return out, w
 
 
 def test_calibrated_embedded_sampler_reaches_exact_marginals():
