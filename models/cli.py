@@ -52,7 +52,7 @@ def _reproduce(args) -> int:
     skipped = []
     if not args.report_only:
         ffn = None if args.ffn is None else args.ffn == "on"
-        cells = select(grid(args.quick), args.only, args.seq_len, ffn, args.engine)
+        cells = select(grid(args.quick), args.only, args.seq_len, ffn, args.engine, args.cell)
         if args.seeds is not None:  # validated by Cell
             cells = [dataclasses.replace(c, seeds=args.seeds) for c in cells]
         print(f"{len(cells)} cell(s) -> {root}: " + ", ".join(c.name for c in cells), flush=True)
@@ -322,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seeds", type=_positive_int, default=None,
                    help="override the number of seeds per cell; without it, each cell's own")
     r.add_argument("--engine", default=None, help="only cells trained with this engine (e.g. dqa); without it, all")
+    r.add_argument("--cell", default=None,
+                   help="only the cell of this name, e.g. annealing-qpu/T8-dimod-raw; without it, all")
     r.add_argument("--data", default=None,
                    help="Tiny Shakespeare input.txt; without it $ISINGATTN_DATA, the cache, or a download")
     r.add_argument("--out", default=None,

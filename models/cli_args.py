@@ -227,7 +227,7 @@ def _check_reproduce_args(args) -> None:
         return
     cells = grid(args.quick)
     for option, value, attr in (("--only", args.only, "part"), ("--seq-len", args.seq_len, "seq_len"),
-                                ("--engine", args.engine, "engine")):
+                                ("--engine", args.engine, "engine"), ("--cell", args.cell, "name")):
         valid = sorted({getattr(c, attr) for c in cells})
         if value is not None and value not in valid:
             raise _error(f"{option} {value}: the {'quick ' if args.quick else ''}grid has no such cell; "

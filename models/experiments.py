@@ -217,8 +217,12 @@ def study(annealers: dict) -> list[Cell]:
 
 
 def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int] = None,
-           ffn: Optional[bool] = None, engine: Optional[str] = None) -> list[Cell]:
-    """The cells of one part, context length, FFN setting or engine (``--only``, ``--seq-len``, ...)."""
+           ffn: Optional[bool] = None, engine: Optional[str] = None, name: Optional[str] = None) -> list[Cell]:
+    """The cells of one part, context length, FFN setting, engine or name (``--only``, ``--seq-len``, ...,
+    ``--cell``)."""
+    if name is not None and name not in {c.name for c in cells}:
+        raise IsingInputError(f"--cell must name a cell of the grid, e.g. {cells[0].name}; got {name!r}. "
+                              "`isingattn reproduce --only PART` prints the names of that part's cells.")
     parts = {c.part for c in cells}
     if only is not None and only not in parts:
         raise IsingInputError(f"--only must be one of {', '.join(sorted(parts))}; got {only!r}.")
@@ -228,7 +232,8 @@ def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int]
             raise IsingInputError(f"{flag} must be one of {', '.join(map(str, sorted(have)))}"
                                   f"{'' if only is None else f' for --only {only}'}; got {value!r}.")
     out = [c for c in cells if (only is None or c.part == only) and (seq_len is None or c.seq_len == seq_len)
-           and (ffn is None or c.ffn == ffn) and (engine is None or c.engine == engine)]
+           and (ffn is None or c.ffn == ffn) and (engine is None or c.engine == engine)
+           and (name is None or c.name == name)]
     if not out:
         raise IsingInputError(f"no cell matches --only {only} --seq-len {seq_len}; the grid has "
                          f"{sorted({(c.part, c.seq_len) for c in cells})}.")

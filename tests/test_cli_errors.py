@@ -96,6 +96,7 @@ CASES = [
     ("rp-only-unknown", RP + ["--only", "nonsense"], ["--only nonsense", "brackets"]),
     ("rp-seq-len-99", RP + ["--seq-len", "99"], ["--seq-len 99", "8"]),
     ("rp-engine-unknown", RP + ["--engine", "nonsense"], ["--engine nonsense", "gibbs"]),
+    ("rp-cell-unknown", RP + ["--cell", "brackets/T9"], ["--cell brackets/T9", "brackets/T8"]),
     ("rp-seeds-0", RP + ["--seeds", "0"], ["--seeds", "'0'"]),
     ("rp-seeds-neg", RP + ["--seeds", "-2"], ["--seeds", "'-2'"]),
     ("rp-ffn-bad", RP + ["--ffn", "maybe"], ["--ffn", "'maybe'"]),

@@ -34,6 +34,9 @@ def test_grid_selection_and_errors():
         select(full, engine="nonsense")
     with pytest.raises(IsingInputError, match="no cell matches"):  # each value exists, not together
         select(full, "annealing", 12, ffn=False)
+    assert [c.name for c in select(full, name="annealing-qpu/T8-dimod-raw")] == ["annealing-qpu/T8-dimod-raw"]
+    with pytest.raises(IsingInputError, match="--cell must name a cell"):
+        select(full, name="annealing-qpu/T8")
 
 
 def test_cells_resume_and_report(tmp_path):
