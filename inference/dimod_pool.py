@@ -48,34 +48,12 @@ def _pooled_fit(self, eh, eJ, boot, seed):
     """The MPL β of the reads of every model together (``eh``, ``eJ``: field and coupling
     excitations ``[B, S, n]``; the reads of one call index are one read of the union
     model): ``(β, β_lo, β_hi, β_se, β_h, β_J, ground_only)``."""
-    from isingattn.temperature import _dwave_fit
+    from isingattn.temperature import beta_from_excitations
 
     B, S, n = eh.shape
     eh, eJ = (e.transpose(1, 0, 2).reshape(S, B * n) for e in (eh, eJ))
-    one = (eh + eJ)[None]
-    parts = [e for e in (eh, eJ) if np.any(e != 0)]
-    two = np.stack([eh, eJ]) if self.split and len(parts) == 2 else None
-
-    def fit(rows):
-        b = float(_dwave_fit(one[:, rows])[0])
-        bh = bJ = np.nan
-        if two is not None and all(np.max(e) > 0 > np.min(e) for e in two[:, rows]):
-            bh, bJ = _dwave_fit(two[:, rows], x0=np.array([b, b]) if np.isfinite(b) else None)
-        elif self.split and len(parts) == 1:
-            bh, bJ = (b, np.nan) if np.any(eh != 0) else (np.nan, b)
-        return b, float(bh), float(bJ)
-
-    b, bh, bJ = fit(np.arange(S))
-    lo = hi = se = np.nan
-    if boot:
-        rng = np.random.default_rng(int(seed))
-        v = np.array([fit(rng.integers(0, S, S))[0] for _ in range(boot)])
-        q = (100 * (1 - self.beta_level) / 2, 100 * (1 + self.beta_level) / 2)
-        with np.errstate(invalid="ignore"):
-            lo, hi = (float(x) for x in np.percentile(v, q))
-        fin = v[np.isfinite(v)]
-        se = float(np.std(fin, ddof=1)) if fin.size > 1 else np.nan
-    return b, lo, hi, se, bh, bJ, bool(np.all(one <= 0))
+    e = beta_from_excitations(eh, eJ, split=self.split, num_bootstrap=boot, seed=int(seed), level=self.beta_level)
+    return e.beta, e.beta_lo, e.beta_hi, e.beta_se, e.beta_h, e.beta_J, e.ground_only
 
 def _host_pooled(self, h, J, beta, seeds, *, dtype, graph=None):
     """:meth:`_host_sample` with ``pool``: every round draws all ``B`` models (one call of

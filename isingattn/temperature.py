@@ -34,7 +34,7 @@ import numpy as np
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.inference.pseudolikelihood import PLFit, pseudo_likelihood_beta
 
-__all__ = ["BetaEstimate", "PLFit", "effective_beta", "local_excitations", "pseudo_likelihood_beta"]
+__all__ = ["BetaEstimate", "PLFit", "beta_from_excitations", "effective_beta", "local_excitations", "pseudo_likelihood_beta"]
 
 
 class BetaEstimate(NamedTuple):
@@ -123,6 +123,18 @@ def effective_beta(h, J, spins, *, split: bool = True, num_bootstrap: int = 100,
     if not (0.0 < float(level) < 1.0):
         raise IsingInputError(f"effective_beta: level must be in (0, 1), e.g. 0.95; got {level!r}.")
     eh, eJ = local_excitations(h, J, s)
+    return beta_from_excitations(eh, eJ, split=split, num_bootstrap=num_bootstrap, seed=seed, level=level)
+
+
+def beta_from_excitations(eh, eJ, *, split: bool = True, num_bootstrap: int = 100, seed: int = 0,
+                          level: float = 0.95) -> BetaEstimate:
+    """:func:`effective_beta` from the reads' local excitations (:func:`local_excitations`).
+
+    ``eh``, ``eJ``: ``[S, n]`` field and coupling parts of ``ΔE`` (any number of columns: the
+    pooled reads of several models put side by side are one model's). Arguments otherwise as
+    :func:`effective_beta`, whose checks this skips."""
+    eh, eJ = np.asarray(eh, np.float64), np.asarray(eJ, np.float64)
+    S = eh.shape[0]
     one = (eh + eJ)[None]
     # a part with no excitations at all (h = 0, or no couplings) carries no information: not fitted
     parts = [p for p, e in (("h", eh), ("J", eJ)) if np.any(e != 0)]
