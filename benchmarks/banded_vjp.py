@@ -28,13 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -48,6 +45,7 @@ def child(name: str, batch: int, repeats: int) -> dict:
     import numpy as np
 
     from isingattn.inference import Banded
+    from _step_timing import time_calls, time_train_steps
 
     kind, variant, T = name.split("-")
     T = int(T)
@@ -67,32 +65,15 @@ def child(name: str, batch: int, repeats: int) -> dict:
             return jnp.sum(out**2)
 
         f = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
-        call = lambda: f(q, k, v, J)
+        r = time_calls(lambda i: f(q, k, v, J), repeats)
     else:
-        import equinox as eqx
-
         from isingattn.models import Config, Transformer
-        from isingattn.models.train import TrainConfig, _optimizer, _step_fn
 
         kw = dict(variant="softmax") if variant == "softmax" else dict(
             variant="hJ", J_param="banded", J_band=8, engine=Banded(bandwidth=8))
         model = Transformer(Config(vocab_size=6, seq_len=T, n_out=T, **kw), key=key)
-        tc = TrainConfig(steps=repeats + 1)
-        opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
-        step = _step_fn(tc)
-        keys = jax.random.split(jax.random.PRNGKey(1), 2)
-        toks = jax.random.randint(keys[0], (batch, T), 0, 6)
-        tgt = jax.random.randint(keys[1], (batch, T), 0, T)
-        call = lambda: step(model, opt_state, toks, tgt, keys[0])
-    t = time.perf_counter()
-    jax.block_until_ready(call())
-    compile_s = time.perf_counter() - t
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - t)
-    return dict(name=name, T=T, batch=batch, compile_s=compile_s, median_s=statistics.median(times), best_s=min(times))
+        r = time_train_steps(model, T, batch, repeats)
+    return dict(name=name, T=T, batch=batch, compile_s=r["first_s"], median_s=r["median_s"], best_s=r["best_s"])
 
 
 def work(T: int, w: int = 8) -> tuple:

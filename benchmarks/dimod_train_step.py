@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 HIDDEN = "hidden-beta:2.5"
 CONFIGS = {  # name -> DimodEngine keywords (None: Exact)
@@ -41,13 +39,12 @@ def child(name: str, batch: int, steps: int) -> dict:
     """Measure one configuration in this process."""
     import warnings
 
-    import equinox as eqx
     import jax
 
     from isingattn.inference import Exact
     from isingattn.inference.dimod_engine import DimodEngine
     from isingattn.models import Config, Transformer
-    from isingattn.models.train import TrainConfig, _optimizer, _step_fn
+    from _step_timing import time_train_steps
 
     warnings.simplefilter("ignore")  # the uncalibrated sampler warns that it has no temperature
     T = 8
@@ -55,22 +52,8 @@ def child(name: str, batch: int, steps: int) -> dict:
     engine = Exact() if kw is None else DimodEngine(**kw)
     cfg = Config(vocab_size=6, seq_len=T, n_out=T, variant="hJ", engine=engine)
     model = Transformer(cfg, key=jax.random.PRNGKey(0))
-    tc = TrainConfig(steps=steps + 1)
-    opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
-    step = _step_fn(tc)
-    keys = jax.random.split(jax.random.PRNGKey(1), 2)
-    toks = jax.random.randint(keys[0], (batch, T), 0, 6)
-    tgt = jax.random.randint(keys[1], (batch, T), 0, T)
-    t = time.perf_counter()
-    model, opt_state, loss = jax.block_until_ready(step(model, opt_state, toks, tgt, keys[0]))
-    first_s = time.perf_counter() - t
-    times = []
-    for i in range(steps):
-        t = time.perf_counter()
-        model, opt_state, loss = jax.block_until_ready(step(model, opt_state, toks, tgt, jax.random.fold_in(keys[0], i)))
-        times.append(time.perf_counter() - t)
-    return dict(name=name, batch=batch, first_s=first_s, median_s=statistics.median(times), best_s=min(times),
-                loss=float(loss))
+    r = time_train_steps(model, T, batch, steps)
+    return dict(name=name, batch=batch, **r)
 
 
 def main(argv=None) -> int:

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 CONFIGS = {  # name -> (T, Config overrides)
     "softmax-16": (16, dict(variant="softmax")),
@@ -44,12 +42,11 @@ def child(name: str, batch: int, steps: int, J_std: float = 0.0) -> dict:
 
     import equinox as eqx
     import jax
-    import jax.numpy as jnp
 
     from isingattn.engine import get
     from isingattn.inference import Banded
     from isingattn.models import Config, Transformer
-    from isingattn.models.train import TrainConfig, _optimizer, _step_fn
+    from _step_timing import time_train_steps
 
     T, kw = CONFIGS[name]
     kw = dict(kw)
@@ -62,22 +59,9 @@ def child(name: str, batch: int, steps: int, J_std: float = 0.0) -> dict:
     if J_std:  # a trained-looking J: the approximate engines iterate longer than at J = 0, where training starts
         J = J_std * jax.random.normal(jax.random.PRNGKey(2), model.attn.J_raw.shape)
         model = eqx.tree_at(lambda m: m.attn.J_raw, model, J)
-    tc = TrainConfig(steps=steps + 1)
-    opt_state = _optimizer(tc).init(eqx.filter(model, eqx.is_array))
-    step = _step_fn(tc)
-    keys = jax.random.split(jax.random.PRNGKey(1), 2)
-    toks = jax.random.randint(keys[0], (batch, T), 0, 6)
-    tgt = jax.random.randint(keys[1], (batch, T), 0, T)
-    t = time.perf_counter()
-    model, opt_state, loss = jax.block_until_ready(step(model, opt_state, toks, tgt, keys[0]))
-    compile_s = time.perf_counter() - t
-    times = []
-    for i in range(steps):
-        t = time.perf_counter()
-        model, opt_state, loss = jax.block_until_ready(step(model, opt_state, toks, tgt, keys[0]))
-        times.append(time.perf_counter() - t)
-    return dict(name=name, T=T, batch=batch, compile_s=compile_s, median_s=statistics.median(times), best_s=min(times),
-                peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, loss=float(loss))
+    r = time_train_steps(model, T, batch, steps)
+    return dict(name=name, T=T, batch=batch, compile_s=r.pop("first_s"), **r,
+                peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def main(argv=None) -> int:
