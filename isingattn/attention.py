@@ -22,7 +22,7 @@ def attention_fields(q, k, bias=None):
 
 
 def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, causal: bool = True,
-                        bias=None, beta: float = 1.0, key: Optional[jax.Array] = None):
+                        bias=None, pos_bias=None, beta: float = 1.0, key: Optional[jax.Array] = None):
     """Attention whose weights are spin marginals of an Ising model per query.
 
     For query ``i`` the keys ``j`` it may see carry spins with fields
@@ -44,6 +44,9 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
         causal: query ``i`` sees keys ``j ≤ i``.
         bias: optional scalar field bias broadcast against the leading dims (one per
             head), added to ``h`` for ``hJ`` and ``h``.
+        pos_bias: optional fields ``[..., Tq, Tk]`` broadcast against ``h`` (e.g. a learned
+            relative-position bias per head, ``[H, T, T]``), added for ``softmax``, ``hJ`` and ``h``
+            (``J`` keeps ``h ≡ 0``).
         beta: inverse temperature of the spin model.
         key: PRNG key for sampling engines.
 
@@ -60,6 +63,8 @@ def boltzmann_attention(q, k, v, J=None, *, variant: str = "hJ", engine=None, ca
     if causal and Tq != Tk:
         raise IsingInputError(f"causal attention needs as many queries as keys; got Tq={Tq}, Tk={Tk}.")
     h = attention_fields(q, k, bias if variant in ("hJ", "h") else None)  # (..., Tq, Tk)
+    if pos_bias is not None and variant != "J":
+        h = h + jnp.asarray(pos_bias, h.dtype)
     visible = causal_mask(Tq, Tk) if causal else jnp.ones((Tq, Tk), bool)
 
     if variant == "softmax":

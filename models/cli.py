@@ -297,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--J-band", dest="J_band", type=_positive_int, default=None,
                        help="bandwidth of J: needed by banded, optional for toeplitz (e.g. 8 with --engine banded "
                             "--engine-kw bandwidth=8); without it toeplitz spans the whole context")
+        t.add_argument("--rel-bias", dest="rel_bias", action="store_true",
+                       help="a learned field per head and query-key distance (T5-style) in every variant but J: the "
+                            "control for J as a locality prior; without it none")
         t.add_argument("--out", default=None,
                        help="output folder; without it runs/<task>-T<T> (plus -noffn without the FFN)")
         t.add_argument("--no-progress", action="store_true", help="no progress bars")

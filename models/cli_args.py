@@ -209,7 +209,7 @@ def _cell_from_args(args, task: str):
                 engine=args.engine, engine_kw=tuple(sorted(_parse_kw(args.engine_kw).items())),
                 batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads, layers=args.layers,
                 eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band,
-                weight_decay_on=args.weight_decay_on, **extra)
+                weight_decay_on=args.weight_decay_on, rel_bias=args.rel_bias, **extra)
     vocab = 2 * args.types + 1 if task != "shakespeare" else 1  # the vocabulary does not change what is valid
     for v in cell.variants:  # build every model config now: its checks run before any data is loaded
         cell.config(v, vocab)

@@ -68,6 +68,7 @@ class Cell:
     J_param: str = "full"  # J parametrization: full, toeplitz or banded (Config.J_param)
     J_band: Optional[int] = None  # its bandwidth (Config.J_band)
     weight_decay_on: str = "matrices"  # TrainConfig.weight_decay_on: matrices, matrices+J or all
+    rel_bias: bool = False  # a learned relative-position field per head (Config.rel_bias): the positional control
     # brackets-hard only (None: the task's, TASK_DEFAULTS; the brackets task has none of them):
     filler: Optional[float] = None  # chance that a step is a filler token (brackets.sample_dyck)
     split: Optional[str] = None  # "shape": test shapes unseen in training; "string": test strings unseen
@@ -93,6 +94,7 @@ class Cell:
         for name in ("depth", "J_band"):
             if getattr(self, name) is not None:
                 V.positive_int(name, getattr(self, name), owner="Cell")
+        V.boolean("rel_bias", self.rel_bias, owner="Cell")
         self._check_hard()
         low = 2 if self.task in BRACKET_TASKS else 1
         even = self.task in BRACKET_TASKS and not self.filler  # filler tokens can pad a string to any length
@@ -132,13 +134,16 @@ class Cell:
             tail += f"-{self.layers}x{self.heads}"
         if self.weight_decay_on == "matrices+J":
             tail += "-decayJ"
+        if self.rel_bias:
+            tail += "-relbias"
         return f"{self.part}/T{self.seq_len}{tail}"
 
     def config(self, variant: str, vocab_size: int) -> Config:
         n_out = vocab_size if self.task == "shakespeare" else self.seq_len
         return Config(vocab_size=vocab_size, seq_len=self.seq_len, n_out=n_out, d_model=self.d_model,
                       n_heads=self.heads, n_layers=self.layers, ffn=self.ffn, variant=variant,
-                      engine=get(self.engine, **dict(self.engine_kw)), J_param=self.J_param, J_band=self.J_band)
+                      engine=get(self.engine, **dict(self.engine_kw)), J_param=self.J_param, J_band=self.J_band,
+                      rel_bias=self.rel_bias)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, eval_every=self.eval_every,
@@ -148,7 +153,8 @@ class Cell:
 
 GRID_DECAY = "all"
 # Cell fields added after cells were committed, with the value those cells were run with.
-LEGACY_CELL = {"weight_decay_on": "all", "J_param": "full", "filler": None, "split": None, "interleaved": None, "layers": 1}
+LEGACY_CELL = {"weight_decay_on": "all", "J_param": "full", "filler": None, "split": None, "interleaved": None, "layers": 1,
+               "rel_bias": False}
 
 
 def grid(quick: bool = False) -> list[Cell]:
@@ -202,6 +208,10 @@ def study(annealers: dict) -> list[Cell]:
                   engine_kw=tuple(sorted({**qpu, "calibrate": cal}.items())), **every) for cal in (True, False)]
     # J decayed toward zero like every matrix, against hJ with J not decayed (brackets-hard, same T and seeds)
     hard += [Cell("confounds", "brackets-hard", 16, variants=("hJ",), seeds=5, weight_decay_on="matrices+J", **every)]
+    # the positional control: at T = 64 the learned toeplitz J is a decaying ferromagnet, a locality prior. Does a
+    # learned relative-position field (T5-style, per head and distance i - j) give softmax and h what J gives hJ?
+    hard += [Cell("positional", "brackets-hard", 64, variants=("softmax", "hJ", "h"), seeds=5, rel_bias=True, **band,
+                  J_param="toeplitz", **every)]
     # deeper and wider models may compensate for missing couplings (the paper's own caveat)
     hard += [Cell("depth", "brackets-hard", 16, seeds=3, layers=2, heads=4, **every),
              Cell("depth", "brackets-hard", 64, seeds=3, layers=2, heads=4, **band, J_param="toeplitz", **every)]

@@ -37,6 +37,7 @@ PAPER["annealing-hard"] = PAPER["annealing"]
 PAPER["annealing-qpu"] = PAPER["annealing"] + " Its annealer's temperature is not set by the user (issue 14)."
 PAPER.update(confounds="Not in the paper: J is decayed toward zero like every matrix.",
              depth="The paper's caveat: deeper and wider models may compensate for the missing couplings.",
+             positional="Not in the paper: a learned relative-position field, the control for J as a locality prior.",
              meanfield="Not in the paper: full J at long context through mean field or BP.")
 PARTS = (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is better)"),
          ("brackets", "Bracket matching: test accuracy in % (higher is better)"),
@@ -45,6 +46,7 @@ PARTS = (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is bett
          ("annealing-hard", "hJ trained through sampling engines on brackets-hard (test accuracy %)"),
          ("annealing-qpu", "hJ trained through a sampler whose β is hidden, calibrated and raw (brackets-hard, %)"),
          ("confounds", "J weight-decayed toward zero, against hJ with J not decayed (brackets-hard, accuracy %)"),
+         ("positional", "every variant with a learned relative-position field (brackets-hard, test accuracy %)"),
          ("depth", "2 layers x 4 heads (brackets-hard, test accuracy %)"),
          ("shakespeare-long", "Tiny Shakespeare at long context (issue 13): validation perplexity"),
          ("meanfield", "hJ with full J through mean field and BP (Tiny Shakespeare, validation perplexity)"))

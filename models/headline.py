@@ -14,7 +14,7 @@ import numpy as np
 from isingattn import atomic
 
 # (panel title, parts, the row field, its sign so that up is "hJ better", y label)
-PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth"), "hJ_minus_base", +1.0,
+PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positional"), "hJ_minus_base", +1.0,
            "hJ − softmax, test accuracy (points)"),
           ("Tiny Shakespeare", ("shakespeare", "shakespeare-long"), "hJ_rel_pct", -1.0,
            "softmax − hJ, validation perplexity (%)"))
@@ -32,6 +32,8 @@ def series(rows: list[dict]) -> dict:
                 label = f"{r['part']}, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
                 if r["part"] == "depth":
                     label = f"brackets-hard 2x4, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
+                if r["part"] == "positional":  # every variant with the relative-position field, softmax's included
+                    label = f"brackets-hard + position field, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
                 out[(title, label)].append((r["T"], sign * r[field], r[field + "_ci95"], r["paired_seeds"]))
     return {k: sorted(v) for k, v in out.items()}
 

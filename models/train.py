@@ -44,7 +44,7 @@ class TrainConfig:
     eval_limit: Optional[int] = None  # periodic evals use the first N held-out examples; the final one uses all
     # What AdamW decays (nanoGPT: matrices only, never gains, biases or the per-head field bias):
     #   "matrices"   every array with ndim >= 2 except the couplings J_raw (default: decaying J pulls hJ
-    #                toward the h variant, the very thing the ablation measures)
+    #                toward the h variant, the very thing the ablation measures) and the field bias rel_bias
     #   "matrices+J" the same plus J_raw
     #   "all"        every array, J and LayerNorm gains included (what runs before this option did)
     weight_decay_on: str = "matrices"
@@ -75,6 +75,8 @@ def decay_mask(params, weight_decay_on: str):
             return True
         if any(getattr(p, "name", None) == "J_raw" for p in path):
             return weight_decay_on == "matrices+J"
+        if any(getattr(p, "name", None) == "rel_bias" for p in path):  # a field bias, (H, T) but not a matrix
+            return False
         return x.ndim >= 2
 
     return jax.tree_util.tree_map_with_path(leaf, params)
@@ -159,6 +161,8 @@ def saved_spec(meta: dict) -> dict:
         spec = {**spec, "train": {**spec["train"], "weight_decay_on": "all"}}  # saved before the option existed
     if isinstance(spec.get("model"), dict) and "n_layers" not in spec["model"]:
         spec = {**spec, "model": {**spec["model"], "n_layers": 1}}  # saved before Config.n_layers: one layer
+    if isinstance(spec.get("model"), dict) and "rel_bias" not in spec["model"]:
+        spec = {**spec, "model": {**spec["model"], "rel_bias": False}}  # saved before Config.rel_bias
     return spec
 
 

@@ -36,6 +36,7 @@ class Config:
     J_param: str = "full"  # "full", "toeplitz" (J_jk = w[|j-k|]) or "banded" (zero beyond J_band)
     J_band: Optional[int] = None  # bandwidth: required by "banded", optional truncation of "toeplitz"
     field_bias: bool = True  # learnable scalar field per head (h and hJ variants)
+    rel_bias: bool = False  # learnable field per head and query-key distance i-j (T5-style), every variant but J
     beta: float = 1.0
 
     def __post_init__(self):
@@ -43,7 +44,7 @@ class Config:
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1):
                 raise IsingInputError(f"{name} must be a positive integer; got {v!r}.")
-        for name in ("ffn", "field_bias"):
+        for name in ("ffn", "field_bias", "rel_bias"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise IsingInputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         if not (isinstance(self.beta, (int, float, np.floating, np.integer)) and not isinstance(self.beta, bool)
@@ -99,6 +100,7 @@ class Attention(eqx.Module):
     #   banded:   (H, J_band, T_max), J_{t, t-d} = J_raw[d-1, t] for 1 ≤ d ≤ J_band
     J_raw: jax.Array
     field_bias: jax.Array  # (H,)
+    rel_bias: Optional[jax.Array]  # (H, T_max): field of key j for query i, by distance i - j (None: off)
     config: Config = eqx.field(static=True)
 
     def __init__(self, config: Config, key):
@@ -109,6 +111,7 @@ class Attention(eqx.Module):
         band = max(1, T - 1 if config.J_band is None else min(config.J_band, T - 1))
         self.J_raw = jnp.zeros({"full": (H, T, T), "toeplitz": (H, band + 1), "banded": (H, band, T)}[config.J_param])
         self.field_bias = jnp.zeros(H)
+        self.rel_bias = jnp.zeros((H, T)) if config.rel_bias else None
         self.config = config
 
     def couplings(self, T=None):
@@ -133,18 +136,27 @@ class Attention(eqx.Module):
         H = self.config.n_heads
         return [t.reshape(B, T, H, d // H).transpose(0, 2, 1, 3) for t in jnp.split(x @ self.w_qkv, 3, axis=-1)]
 
+    def position_fields(self, T):
+        """The relative-position fields ``(H, T, T)``, ``rel_bias[:, i - j]`` for ``j <= i`` (None when off)."""
+        if self.rel_bias is None:
+            return None
+        dist = np.maximum(np.arange(T)[:, None] - np.arange(T)[None, :], 0)  # (T, T); j > i is masked anyway
+        return self.rel_bias[:, dist]
+
     def fields(self, x):
         """The Ising fields of every query, ``(B, H, T, T)`` (before the causal mask)."""
         q, k, _ = self._qkv(x)
-        return attention_fields(q, k, self.field_bias if self.config.field_bias else None)
+        h = attention_fields(q, k, self.field_bias if self.config.field_bias else None)
+        pos = self.position_fields(x.shape[1])
+        return h if pos is None or self.config.variant == "J" else h + pos
 
     def __call__(self, x, key=None):
         cfg = self.config
         B, T, d = x.shape
         q, k, v = self._qkv(x)  # (B, H, T, dh)
         out, weights = boltzmann_attention(
-            q, k, v, self.couplings(T), variant=cfg.variant, engine=cfg.engine,
-            causal=True, bias=self.field_bias if cfg.field_bias else None, beta=cfg.beta, key=key,
+            q, k, v, self.couplings(T), variant=cfg.variant, engine=cfg.engine, causal=True,
+            bias=self.field_bias if cfg.field_bias else None, pos_bias=self.position_fields(T), beta=cfg.beta, key=key,
         )  # (B, H, T, dh), (B, H, T, T)
         out = out.transpose(0, 2, 1, 3).reshape(B, T, d)  # (B, T, d)
         return out @ self.w_out, weights

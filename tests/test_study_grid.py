@@ -28,6 +28,9 @@ def test_study_cells_are_declared_as_issue_13_asks():
     assert sorted(c.name for c in qpu) == ["annealing-qpu/T8-dimod-cal", "annealing-qpu/T8-dimod-raw"]
     assert all(dict(c.engine_kw)["sampler"] == "hidden-beta:2.5" for c in qpu)
     assert {(c.seq_len, c.layers, c.heads) for c in select(cells, "depth")} == {(16, 2, 4), (64, 2, 4)}
+    pos = select(cells, "positional")
+    assert [c.name for c in pos] == ["positional/T64-toeplitz8-relbias"] and pos[0].variants == ("softmax", "hJ", "h")
+    assert pos[0].config("hJ", 7).rel_bias and not select(cells, "brackets-hard", 64)[0].config("hJ", 7).rel_bias
     lm = select(cells, "shakespeare-long")
     assert {c.seq_len for c in lm} == {16, 32, 64, 128} and all(c.steps == 2000 and c.seeds == 3 for c in lm)
     mf = select(cells, "meanfield")
