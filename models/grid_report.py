@@ -260,7 +260,9 @@ def _profiles(cells, path):
     for c in cells:
         Js = _hj_couplings(c) if c["part"] != "annealing" else {}
         if Js:
-            out[os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))] = _mean_profile(c, Js)
+            m, n = _mean_profile(c, Js)
+            band = c.get("J_band")  # J is zero beyond its band: no column of zeros out to T - 1
+            out[os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))] = (m[:band] if band else m, n)
     if not out:
         return None, {}
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -404,11 +406,11 @@ def write_report(root: str) -> str:
                   f"`{os.path.basename(p)}`.\n\n{headline.table(every_row)}")
     p, prof = _profiles(cells, os.path.join(root, "J-distance-profile.png"))
     if prof:
-        md.append("\n## Learned J by distance (hJ, head 0, mean over seeds)\n\n| cell | " +
-                  " | ".join(f"d={d}" for d in range(1, max(len(m) for m, _ in prof.values()) + 1)) + " |\n|---" +
-                  "|---" * max(len(m) for m, _ in prof.values()) + "|\n")
+        width = max(len(m) for m, _ in prof.values())
+        md.append("\n## Learned J by distance (hJ, head 0, mean over seeds; blank: beyond the cell's T or band)\n\n"
+                  "| cell | " + " | ".join(f"d={d}" for d in range(1, width + 1)) + " |\n|---" + "|---" * width + "|\n")
         for name, (m, _) in prof.items():
-            md.append(f"| {name} | " + " | ".join(f"{x:+.3f}" for x in m) + " |\n")
+            md.append(f"| {name} | " + " | ".join([f"{x:+.3f}" for x in m] + [""] * (width - len(m))) + " |\n")
         md.append(f"\nPlot: `{os.path.basename(p)}`. Heatmaps: " + ", ".join(f"`{h}`" for h in _heatmaps(cells, root))
                   + "\n")
     maps = _attention_maps(cells, root)
