@@ -88,6 +88,12 @@ class DimodEngine(Engine):
     uniformly on the host. With ``num_bootstrap=0`` (no interval) ``calibrated`` means within
     ``calibration_rtol``.
 
+    ``rao_blackwell=True`` reports the mean of ``tanh(β(h_i + Σ_j J_ij s_j))`` over the reads
+    instead of the mean of ``s_i`` (:func:`~isingattn.fluctuation.sample_marginals`): the same
+    expectation under ``exp(-βE)`` with less variance, so it needs reads at the model's β, which
+    is what ``calibrate=True`` (or a sampler that takes β) provides; on raw reads at another β
+    it mixes two temperatures.
+
     Slow where the sampler is: one host call (per round) per model of the batch, or per
     call with ``pool``.
     """
@@ -105,6 +111,7 @@ class DimodEngine(Engine):
     chain_strength: Any = eqx.field(static=True, default=None)
     chain_break_rounds: int = eqx.field(static=True, default=8)
     pool: bool = eqx.field(static=True, default=False)
+    rao_blackwell: bool = eqx.field(static=True, default=False)
     needs_key: ClassVar[bool] = True  # it seeds the sampler
     jit: ClassVar[bool] = False  # the sampler runs on the host (pure_callback works under a caller's jit too)
     sparse_native: ClassVar[bool] = True  # an edge list goes to the BQM as it is, never densified
@@ -113,7 +120,8 @@ class DimodEngine(Engine):
     def __init__(self, sampler=None, num_reads: int = 256, *, calibrate: bool = False, estimate_beta: bool = False,
                  split: bool = True, calibration_steps: int = 5, calibration_rtol: float = 0.05,
                  num_bootstrap: int = 100, beta_level: float = 0.95, chain_strength=None,
-                 chain_break_rounds: int = 8, pool: bool = False, sample_kwargs=None, **kw):
+                 chain_break_rounds: int = 8, pool: bool = False, rao_blackwell: bool = False, sample_kwargs=None,
+                 **kw):
         own = "DimodEngine"
         num_reads = V.positive_int("num_reads", num_reads, owner=own)  # 0 reads: NaN marginals
         calibrate = V.boolean("calibrate", calibrate, owner=own)
@@ -125,6 +133,7 @@ class DimodEngine(Engine):
         beta_level = V.float_in("beta_level", beta_level, 0.0, 1.0, owner=own, lo_open=True, hi_open=True)
         chain_break_rounds = V.positive_int("chain_break_rounds", chain_break_rounds, owner=own)
         pool = V.boolean("pool", pool, owner=own)
+        rao_blackwell = V.boolean("rao_blackwell", rao_blackwell, owner=own)
         if sample_kwargs is not None:  # the saved form (isingattn.engine.to_spec): sorted (key, value) pairs
             try:
                 saved = dict(sample_kwargs)
@@ -175,7 +184,7 @@ class DimodEngine(Engine):
         self.calibration_steps, self.calibration_rtol = calibration_steps, calibration_rtol
         self.num_bootstrap, self.beta_level = num_bootstrap, beta_level
         self.chain_strength, self.chain_break_rounds = chain_strength, chain_break_rounds
-        self.pool = pool
+        self.pool, self.rao_blackwell = pool, rao_blackwell
 
     @property
     def embedded(self) -> bool:
@@ -223,7 +232,7 @@ class DimodEngine(Engine):
             info[k] = v > 0.5 if k in ("calibrated", "ground_only", "at_range_limit", "chains_intact") else v
         if self.calibrate:
             info["at_beta"] = info["calibrated"]
-        return sample_marginals(model, samples, info=info)
+        return sample_marginals(model, samples, info=info, rao_blackwell=self.rao_blackwell)
 
     # ---- host side --------------------------------------------------------------------------
 

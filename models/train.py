@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 
 from isingattn import atomic, checkpoint
 from isingattn import validate as V
-from isingattn.errors import IsingInputError, RunFolderError, TrainingDivergedError
+from isingattn.engine import from_spec, to_spec
+from isingattn.errors import IsingInputError, IsingTypeError, RunFolderError, TrainingDivergedError
 from isingattn.models.saved import config_to_dict
 from isingattn.models.transformer import Config, Transformer
 from isingattn.sharding import replicate, shard_batch
@@ -163,6 +164,14 @@ def saved_spec(meta: dict) -> dict:
         spec = {**spec, "model": {**spec["model"], "n_layers": 1}}  # saved before Config.n_layers: one layer
     if isinstance(spec.get("model"), dict) and "rel_bias" not in spec["model"]:
         spec = {**spec, "model": {**spec["model"], "rel_bias": False}}  # saved before Config.rel_bias
+    eng = spec.get("model", {}).get("engine") if isinstance(spec.get("model"), dict) else None
+    if isinstance(eng, dict) and isinstance(eng.get("config"), dict):  # engine options added since: their defaults
+        try:
+            full = to_spec(from_spec(eng))
+        except (IsingInputError, IsingTypeError, ValueError, ImportError):
+            full = None  # not rebuildable here: compared as saved
+        if full is not None and full.get("name") == eng.get("name"):
+            spec = {**spec, "model": {**spec["model"], "engine": {**eng, "config": {**full["config"], **eng["config"]}}}}
     return spec
 
 

@@ -142,3 +142,25 @@ def test_pooled_embedded_sampler_reaches_exact_marginals():
     for b in range(2):
         z, _ = z_scores(np.asarray(out.samples)[b], brute_force(hb[b], J, TARGET)["mean"])
         assert np.max(np.abs(z)) < 4, b
+
+
+def test_rao_blackwell_on_calibrated_reads_reaches_exact_marginals_with_less_variance():
+    """rao_blackwell=True: the mean of tanh(β(h + J s)) over the calibrated reads, within 4 SE
+    of brute force (SE from those per-read terms' own spread), and with less spread than the
+    spins themselves (the conditional expectation: Var E[s_i | rest] ≤ Var s_i)."""
+    rng = np.random.default_rng(8)
+    B, n, S = 3, 6, 2000
+    h = rng.normal(size=(B, n)) * 0.5
+    _, J = dense_model(n, 9)
+    eng = DimodEngine("hidden-beta:2.5", num_reads=S, calibrate=True, pool=True, num_bootstrap=0, rao_blackwell=True)
+    assert from_spec(to_spec(eng)) == eng  # the option saves in a model config
+    out = eng.marginals(IsingModel(h, J, beta=TARGET), key=jax.random.PRNGKey(2))
+    assert np.all(np.asarray(out.info["calibrated"]))
+    x = np.asarray(out.samples)
+    for b in range(B):
+        terms = np.tanh(TARGET * (h[b] + x[b] @ J))  # [S, n]: E[s_i | the other spins of the read]
+        np.testing.assert_allclose(np.asarray(out.mean)[b], terms.mean(0), rtol=1e-10, atol=1e-12)
+        mean, _ = _exact_moments(h[b], J, TARGET)
+        se = terms.std(0, ddof=1) / np.sqrt(S)
+        assert np.max(np.abs(terms.mean(0) - mean) / se) < 4, b
+        assert np.all(terms.var(0) < x[b].var(0)), b

@@ -25,7 +25,8 @@ def test_study_cells_are_declared_as_issue_13_asks():
     assert {c.engine for c in select(cells, "annealing-hard")} == {"gibbs", "sqa", "dqa"}
     assert [c.weight_decay_on for c in select(cells, "confounds")] == ["matrices+J"]
     qpu = select(cells, "annealing-qpu")
-    assert sorted(c.name for c in qpu) == ["annealing-qpu/T8-dimod-cal", "annealing-qpu/T8-dimod-raw"]
+    assert sorted(c.name for c in qpu) == ["annealing-qpu/T8-dimod-cal", "annealing-qpu/T8-dimod-cal-rb",
+                                           "annealing-qpu/T8-dimod-raw"]
     assert all(dict(c.engine_kw)["sampler"] == "hidden-beta:2.5" for c in qpu)
     assert {(c.seq_len, c.layers, c.heads) for c in select(cells, "depth")} == {(16, 2, 4), (64, 2, 4)}
     pos = select(cells, "positional")
