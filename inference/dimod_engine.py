@@ -196,7 +196,9 @@ class DimodEngine(Engine):
         if not self.calibrate and beta_kwargs(self.sampler, 1.0) is None and not _is_traced(model.beta):
             warnings.warn(f"{_name(self.sampler)} has no temperature parameter: its samples do not follow "
                           "exp(-βE); marginals and gradients are those of its own output distribution. "
-                          "DimodEngine(sampler, calibrate=True) rescales the problem until they do.",
+                          "DimodEngine(sampler, calibrate=True) rescales the problem until they do."
+                          + (" With rao_blackwell=True the mean reported, tanh(β(h + J s)) over reads at another "
+                             "temperature, belongs to neither temperature." if self.rao_blackwell else ""),
                           stacklevel=5)  # the caller of marginals (past equinox's method wrappers)
         return self
 

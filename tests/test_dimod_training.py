@@ -164,3 +164,6 @@ def test_rao_blackwell_on_calibrated_reads_reaches_exact_marginals_with_less_var
         se = terms.std(0, ddof=1) / np.sqrt(S)
         assert np.max(np.abs(terms.mean(0) - mean) / se) < 4, b
         assert np.all(terms.var(0) < x[b].var(0)), b
+    raw = DimodEngine("hidden-beta:2.5", num_reads=8, pool=True, rao_blackwell=True)
+    with pytest.warns(UserWarning, match="belongs to neither temperature"):  # raw reads: said, not hidden
+        raw.marginals(IsingModel(h, J, beta=TARGET), key=jax.random.PRNGKey(3))
