@@ -61,6 +61,22 @@ AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
 SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
 
 
+def _logged_seconds(folder: str) -> float:
+    """The runs' own training seconds, summed: each run's last ``wall_s`` in metrics.jsonl (kept
+    across resumes). A process killed mid-cell never adds to wall_time.json; this still counts it."""
+    last = {}
+    path = os.path.join(folder, "metrics.jsonl")
+    for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec.get("wall_s"), (int, float)):
+            key = (rec.get("variant"), rec.get("seed"))
+            last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
+    return sum(last.values()) if last else math.nan
+
+
 def _load_cells(root: str) -> list[dict]:
     cells = []
     for path in sorted(glob.glob(os.path.join(root, "*", "*", "cell.json"))):
@@ -72,7 +88,8 @@ def _load_cells(root: str) -> list[dict]:
         cell["results"] = {v: {int(s): x for s, x in r.items()} for v, r in json.load(
             open(os.path.join(folder, "results.json"))).items()}
         wt = os.path.join(folder, "wall_time.json")
-        cell["wall_s"] = json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan
+        cell["wall_s"] = max(json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
+                             _logged_seconds(folder), key=lambda x: -1 if math.isnan(x) else x)
         cells.append(cell)
     return cells
 
