@@ -62,8 +62,9 @@ SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
 
 
 def _logged_seconds(folder: str) -> float:
-    """The runs' own training seconds, summed: each run's last ``wall_s`` in metrics.jsonl (kept
-    across resumes). A process killed mid-cell never adds to wall_time.json; this still counts it."""
+    """The runs' own training seconds, summed: each run's last ``wall_s`` in metrics.jsonl. A process
+    killed mid-cell never adds to wall_time.json; this still counts its runs. ``wall_s`` restarts when
+    a run resumes, so a resumed run counts its last stretch only: a lower bound, like wall_time.json."""
     last = {}
     path = os.path.join(folder, "metrics.jsonl")
     for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
@@ -88,8 +89,9 @@ def _load_cells(root: str) -> list[dict]:
         cell["results"] = {v: {int(s): x for s, x in r.items()} for v, r in json.load(
             open(os.path.join(folder, "results.json"))).items()}
         wt = os.path.join(folder, "wall_time.json")
-        cell["wall_s"] = max(json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
-                             _logged_seconds(folder), key=lambda x: -1 if math.isnan(x) else x)
+        known = [x for x in (json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
+                             _logged_seconds(folder)) if not math.isnan(x)]
+        cell["wall_s"] = max(known) if known else math.nan  # both are lower bounds: the larger
         cells.append(cell)
     return cells
 
