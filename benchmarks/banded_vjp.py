@@ -79,12 +79,12 @@ def child(name: str, batch: int, repeats: int) -> dict:
 def work(T: int, w: int = 8) -> tuple:
     """(multiply-adds of banded_vjp's GEMMs for one sequence's training step, issue 13's ideal for one
     forward sweep of one sequence), causal, the steps and scan groups of banded_vjp's plan."""
-    from isingattn.inference import banded_vjp
     from isingattn.inference.banded_blocked import _block_len
+    from isingattn.inference.banded_plan import Plan
 
     L, k = _block_len(T, w)
     nb = 2 * -(-T // (2 * k))
-    plan = banded_vjp._Plan(L, k, nb, 1, k, nb, 1, True)
+    plan = Plan(L, k, nb, 1, k, nb, 1, True)
     row_steps = sum((b1 - b0) * (nb - lo) * k for b0, b1, lo in plan.groups)  # rows (o, rc) live at each step
     nL, nk = 2**L, 2**k
     per = (nL * (nk + 1) + nL * (nk + 1) + nL * (k + 1)  # primal: α (with its sums), β (with its sums), marginals

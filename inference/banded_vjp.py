@@ -37,22 +37,15 @@ messages just before they are needed. The primal is ``α`` (twice) and ``β``; t
 processed in chunks of sequences (``CHUNK_BYTES`` of messages per step), whose buffers are
 reused chunk after chunk and stay in cache.
 
-**Layouts.** Messages are ``[G, O, P, A, C, RC, rb]``: G the batch along which J varies, O the
-offset classes (below), P the pair (value, tangent), ``(A, C)`` the window state, RC rows per
-class, rb sequences of the chunk; rows last, so that work along states vectorizes along them.
-For ``L = 2k`` the state after an even step is stored ``(y, s)`` (newest block first) and after
-an odd step ``(s, y)``: the GEMM of an even step contracts the leading block, that of an odd
-step the trailing one (batched over the other), and both write the next layout directly, with
-no transposes. Reductions over states are written as trees of slices (XLA fuses them into one
-pass; its reduce over a major axis is slow on the CPU).
-
 **Causal models** (query ``i`` sees spins ``0..i``): row ``i`` is front-padded with
 ``o = k - 1 - i mod k`` free spins so that its chain ends exactly at the end of step ``i // k``;
 the ``k`` offsets are ``k`` classes of rows with their own (shifted) tables, and no step needs a
 table for a partial block. A row that has ended carries ``β = 0`` from then on, so it
 contributes nothing. Each group of steps runs over the rows still live at its first step
 (work ``(1 + 1/G) / 2`` of full chains for ``G`` groups: ``banded_blocked.CAUSAL_GROUPS``, twice that from
-``LONG_CHAIN`` steps on).
+``banded_plan.LONG_CHAIN`` steps on).
+
+The message layouts, and the GEMMs of a step in each, are ``banded_plan.Plan``'s.
 """
 
 from __future__ import annotations
@@ -66,10 +59,8 @@ import numpy as np
 from jax import lax
 
 from isingattn.energy import spin_table
+from isingattn.inference.banded_plan import Plan, tree_sum
 
-# causal: groups of steps, each over the rows still live at its start: work (1 + 1/G)/2 of full chains, and
-# G scans per pass to compile. Chains of 32 steps or more (T = 128 at w = 8) get twice banded_blocked's.
-LONG_CHAIN = 32
 CHUNK_BYTES = 1 << 18  # messages per step and chunk of rows (L2-sized): buffers reused chunk after chunk
 
 
@@ -77,14 +68,6 @@ def _guard(x, floor):
     """(x where x > floor else 1, 0 where x > floor else inf): a divisor and the flag of its failure."""
     ok = x > floor
     return jnp.where(ok, x, 1.0), jnp.where(ok, jnp.zeros_like(x), jnp.inf)
-
-
-def _tree(x, axis: int, op):
-    """Reduce ``axis`` by halving slices (one fused pass; sizes are powers of 2)."""
-    while x.shape[axis] > 1:
-        h = x.shape[axis] // 2
-        x = op(lax.slice_in_dim(x, 0, h, axis=axis), lax.slice_in_dim(x, h, 2 * h, axis=axis))
-    return jnp.squeeze(x, axis)
 
 
 def _energies(C, L: int, k: int):
@@ -105,132 +88,6 @@ def _tables(C, beta, L: int, k: int):
     E1, E23 = _energies(C, L, k)
     sh1, sh23 = sg(jnp.max(beta * E1, axis=(-2, -1))), sg(jnp.max(beta * E23, axis=(-2, -1)))
     return jnp.exp(beta * E1 - sh1[..., None, None]), jnp.exp(beta * E23 - sh23[..., None, None]), sh1 + sh23
-
-
-class _Plan:
-    """Static shapes of one call, and the step algebra in the alternating layouts.
-
-    Messages are ``[G, O, P, A, C, R]``; the state after step b is in layout ``q = b % 2``: for
-    ``L = 2k``, q = 0 stores ``(A, C) = (y, s)`` (newest block first) and q = 1 stores ``(s, y)``; for
-    ``L = k`` the state is ``(y, 1)`` in both."""
-
-    def __init__(self, L, k, nb, G, O, RC, rb, causal):
-        self.L, self.k, self.nb, self.causal = L, k, nb, causal  # nb even
-        self.G, self.O, self.RC, self.rb = G, O, RC, rb
-        self.nk, self.ns, self.nL = 2**k, 2 ** (L - k), 2**L
-        self.alt = self.ns > 1
-        pairs = nb // 2
-        from isingattn.inference.banded_blocked import CAUSAL_GROUPS
-        ng = min(CAUSAL_GROUPS * (2 if nb >= LONG_CHAIN else 1), pairs) if causal else 1
-        bounds = [2 * ((g * pairs) // ng) for g in range(ng + 1)]
-        # causal: row rc ends at step rc, and the rows live in group g are rc >= its first step
-        self.groups = [(b0, b1, b0 if causal else 0) for b0, b1 in zip(bounds[:-1], bounds[1:])]
-        self.end = np.arange(RC) if causal else np.full(RC, nb - 1)
-
-    def rows(self, lo):
-        return (self.RC - lo) * self.rb
-
-    def end_rows(self, lo):  # end step of every row (rc, rb) of the rows rc >= lo
-        return np.repeat(self.end[lo:], self.rb).astype(np.int32)
-
-    def first(self, q):  # does the state of layout q hold y in its leading axis?
-        return not self.alt or q == 0
-
-    def bcast(self, T, q):
-        """A table ``T [G, O, s, y]`` against messages ``[G, O, A, C, R]`` in layout q."""
-        T = jnp.swapaxes(T, -1, -2) if self.first(q) else T
-        return T[..., None]
-
-    def bcast_y(self, d, q):
-        """Per-row ``d [G, O, y, R]`` against messages in layout q."""
-        return d[:, :, :, None] if self.first(q) else d[:, :, None]
-
-    def features(self, q, dt):
-        """``[k+1, A·C]``: the spins y_t of every state of layout q, and a row of ones."""
-        Sk = 1.0 - 2.0 * ((np.arange(self.nk)[:, None] >> np.arange(self.k - 1, -1, -1)[None, :]) & 1)  # = spin_table
-        y = Sk[:, None, :] if self.first(q) else Sk[None, :, :]
-        y = np.broadcast_to(y, ((self.nk, self.ns) if self.first(q) else (self.ns, self.nk)) + (self.k,))
-        return jnp.asarray(np.concatenate([y.reshape(-1, self.k).T, np.ones((1, self.nL))]), dt)
-
-    def gemm(self, a, K, q):
-        """Forward at step b (layout q): the state after b-1 ``a [G, O, A, C, R]`` and ``K [G, O, l, nk+1]``
-        (K1 and a column of ones) -> ``Σ_l K1(l, y) a(l, s)`` in layout q and ``Σ_l a(l, s)`` ``[G, O, ns, R]``."""
-        G, O, A, C, R = a.shape
-        nk = self.nk
-        if self.first(q):  # contract the leading block
-            out = lax.dot_general(K, a.reshape(G, O, A, C * R), (((2,), (2,)), ((0, 1), (0, 1))))
-            out = out.reshape(G, O, nk + 1, C, R)
-            return out[:, :, :nk], out[:, :, nk]
-        Kb = jnp.broadcast_to(K[:, :, None], (G, O, A) + K.shape[2:])  # contract the trailing block
-        out = lax.dot_general(Kb, a, (((3,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, nk+1, R]
-        return out[:, :, :, :nk], out[:, :, :, nk]
-
-    def gemm_back(self, v, K, q):
-        """Backward at step b: ``v`` in layout q and ``K [G, O, nk+1, y]`` (K1 and its column sums) -> the state
-        after b-1 with one more entry along l, holding ``Σ_l`` of it (see ``split``)."""
-        G, O, A, C, R = v.shape
-        if self.first(q):  # y leads
-            out = lax.dot_general(K, v.reshape(G, O, A, C * R), (((3,), (2,)), ((0, 1), (0, 1))))
-            return out.reshape(G, O, self.nk + 1, C, R)
-        Kb = jnp.broadcast_to(K[:, :, None], (G, O, A) + K.shape[2:])  # y trails
-        return lax.dot_general(Kb, v, (((4,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, nk+1, R]
-
-    def gemm_plain_back(self, v, K1, q):
-        """Backward at step b: ``v`` in layout q and ``K1 [G, O, l, y]`` -> ``Σ_y K1(l, y) v(s, y)``, the state after
-        step b-1 (layout 1-q)."""
-        G, O, A, C, R = v.shape
-        if self.first(q):  # y leads
-            out = lax.dot_general(K1, v.reshape(G, O, A, C * R), (((3,), (2,)), ((0, 1), (0, 1))))
-            return out.reshape(G, O, self.nk, C, R)
-        Kb = jnp.broadcast_to(K1[:, :, None], (G, O, A) + K1.shape[2:])  # y trails
-        return lax.dot_general(Kb, v, (((4,), (3,)), ((0, 1, 2), (0, 1, 2))))  # [G, O, A, l, R]
-
-    def state_shape(self, q, R):
-        A, C = ((self.nk, self.ns) if q == 0 else (self.ns, self.nk)) if self.alt else (self.nk, 1)
-        return (self.G, self.O, A, C, R)
-
-    def split(self, out, q):
-        """``gemm_back``'s output at step b+1 -> the state after step b (layout q) and its sums ``[G, O, ns, R]``."""
-        nk = self.nk
-        if not self.alt or q == 1:  # made by a leading-y step: the extra entry is along A
-            return out[:, :, :nk], out[:, :, nk]
-        return out[:, :, :, :nk], out[:, :, :, nk]
-
-    def rows_gemm(self, prev, yq, q):
-        """``Σ_{s, rows} prev(l, s) yq(s, y)`` -> ``[G, O, l, y]``: prev the state after step b-1, yq in layout q."""
-        G, O, A, C, R = yq.shape
-        if self.first(q):  # prev (l, s), yq (y, s): contract s and the rows
-            return lax.dot_general(prev.reshape(G, O, A, C * R), yq.reshape(G, O, A, C * R),
-                                   (((3,), (3,)), ((0, 1), (0, 1))))
-        out = lax.dot_general(prev, yq, (((4,), (4,)), ((0, 1, 2), (0, 1, 2))))  # prev (s, l), yq (s, y)
-        # the sum over s apart: XLA:CPU fuses it into the dot as a slow kernel (40x)
-        return _ssum(lax.optimization_barrier(out), 2)
-
-    def project(self, X, q):
-        """``X [G, O, A, C, R]`` -> ``[G, O, k+1, R]``: ``Σ_x y_t(x) X(x)`` and ``Σ_x X(x)``."""
-        G, O, A, C, R = X.shape
-        F = jnp.broadcast_to(self.features(q, X.dtype), (G, O, self.k + 1, A * C))
-        return lax.dot_general(F, X.reshape(G, O, A * C, R), (((3,), (2,)), ((0, 1), (0, 1))))
-
-    def window_sums(self, X, w, q):
-        """``Σ_rows X(s, y) w`` -> ``[G, O, s, y]``: X in layout q, w ``[G, O, R]``."""
-        G, O, A, C, R = X.shape
-        out = lax.dot_general(X.reshape(G, O, A * C, R), w, (((3,), (2,)), ((0, 1), (0, 1)))).reshape(G, O, A, C)
-        return jnp.swapaxes(out, -1, -2) if self.first(q) else out
-
-    def initial(self, R, dt):
-        """The state before step 0 (layout 1): every window spin +1, no couplings."""
-        A, C = (self.ns, self.nk) if self.alt else (self.nk, 1)
-        return jnp.zeros((self.G, self.O, A, C, R), dt).at[:, :, 0, 0].set(1.0)
-
-    def carry0(self, R, dt):
-        """A ``gemm_back`` output of the shape the last step (layout 1) splits: its values are never used."""
-        A, C = (self.nk + 1, self.ns) if self.alt else (self.nk + 1, 1)
-        return jnp.zeros((self.G, self.O, A, C, R), dt)
-
-
-def _ssum(x, axis):
-    return _tree(x, axis, jnp.add)
 
 
 def _spin_dot(h, k, axis):
@@ -288,7 +145,7 @@ def _scan_pairs(step, carry, xs, reverse=False, paired=False):
     return carry, (out if paired else _unpairs(out))
 
 
-def _alpha_pass(p: _Plan, es, dshift, K1f, K23, sh, gy=None):
+def _alpha_pass(p: Plan, es, dshift, K1f, K23, sh, gy=None):
     """α (and α' when gy is given) forward through every group, unnormalized: each step's input is divided
     by its sum ``S`` inside the field factor (the GEMM gives that sum, with its column of ones).
 
@@ -303,14 +160,14 @@ def _alpha_pass(p: _Plan, es, dshift, K1f, K23, sh, gy=None):
         a, t, c = carry
         out = dict(a=a, t=t) if tangent else dict(a=a)
         F, srow = p.gemm(a, x["K1f"], q)
-        S, fS = _guard(_ssum(srow, 2), tiny)  # [G, O, R]
+        S, fS = _guard(tree_sum(srow, 2), tiny)  # [G, O, R]
         logS = jnp.log(S)
         kd = p.bcast(x["K23"], q) * p.bcast_y(_over(x["e"], logS), q)  # [G, O, A, C, R]
         a_new = F * kd
         if tangent:  # α'_b = K23 d Σ_l K1 α'_{b-1} / S + β (g·y) α_b
             Ft, trow = p.gemm(t, x["K1f"], q)
             t = Ft * kd + p.bcast_y(x["gy"], q) * a_new
-            out["ts"] = _ssum(trow, 2)  # Σ α'_{b-1}, on α's scale
+            out["ts"] = tree_sum(trow, 2)  # Σ α'_{b-1}, on α's scale
         c = c + logS + x["sh"][:, :, None] + x["dshift"]
         out.update(logS=logS, fS=fS, c=c)
         return (a_new, t, c), out
@@ -329,16 +186,16 @@ def _alpha_pass(p: _Plan, es, dshift, K1f, K23, sh, gy=None):
         (a, t, c), out = _scan_pairs(step, (a, t, c), _pairs(xs), paired=True)
         small = _unpairs({name: out.pop(name) for name in ("logS", "fS", "c") + (("ts",) if tangent else ())})
         # log Σα (and Σα') after every step: the next step's input sums, or (last step) summed here
-        small["la"] = jnp.concatenate([small["logS"][1:], jnp.log(_ssum(_ssum(a, 3), 2))[None]], axis=0)
+        small["la"] = jnp.concatenate([small["logS"][1:], jnp.log(tree_sum(tree_sum(a, 3), 2))[None]], axis=0)
         if tangent:
-            small["ts"] = jnp.concatenate([small["ts"][1:], _ssum(_ssum(t, 3), 2)[None]], axis=0)
+            small["ts"] = jnp.concatenate([small["ts"][1:], tree_sum(tree_sum(t, 3), 2)[None]], axis=0)
         out.update(small, last=a, tlast=t)
         groups.append(out)
         prev = lo
     return groups
 
 
-def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
+def _forward_chunk(p: Plan, hs, K1f, K1b, K23, sh, beta):
     """Primal of one chunk: hs [nb, G, O, k, R] -> m (like hs), log_z and lost [G, O, R]."""
     dt = hs.dtype
     G, O, k, nk, rb = p.G, p.O, p.k, p.nk, p.rb
@@ -353,7 +210,7 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
         live, start = x["end"] > b, x["end"] == b  # [R]
         st, srow = p.split(out_prev, q)
         bm = st * live.astype(dt) + start.astype(dt)  # β_b; rows not started yet: 0
-        Sb = jnp.where(live, _ssum(srow, 2), jnp.where(start, float(p.nL), 0.0))
+        Sb = jnp.where(live, tree_sum(srow, 2), jnp.where(start, float(p.nL), 0.0))
         Sb, fb = _guard(Sb, tiny)
         logSb = jnp.log(Sb)
         proj = p.project(a * bm, q)  # [G, O, k+1, R]
@@ -389,7 +246,7 @@ def _forward_chunk(p: _Plan, hs, K1f, K1b, K23, sh, beta):
     return m, log_z, jnp.where(jnp.isnan(lost), jnp.inf, lost)
 
 
-def _at_end(p: _Plan, groups, name):
+def _at_end(p: Plan, groups, name):
     """Per row, the value of the per-step quantity ``name`` at the row's last step -> ``[G, O, R]``."""
     if not p.causal:
         return groups[-1][name][-1]
@@ -401,7 +258,7 @@ def _at_end(p: _Plan, groups, name):
     return jnp.concatenate(vals).transpose(2, 3, 0, 1).reshape(p.G, p.O, p.rows(0))
 
 
-def _backward_chunk(p: _Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
+def _backward_chunk(p: Plan, hs, K1f, K1, K23, sh, beta, gm, glz):
     """VJP of one chunk's (m, log_z) for cotangents gm [nb, G, O, k, R], glz [G, O, R]. Returns gh (like hs) and
     the cotangents of every step's energies, gE1 [nb, G, O, 2^k, 2^k] and gE23 [nb, G, O, 2^(L-k), 2^k], summed
     over the chunk's rows.
@@ -468,7 +325,7 @@ def _step_tables(C, beta, L, k):
     return K1f, K1b, K1, K23, sh
 
 
-def _core(plan: _Plan):
+def _core(plan: Plan):
     """``(hs [nch, nb, G, O, k, R], C [nb, G, O, k, L+k], beta) -> (m, log_z, lost)`` (chunks first) with its VJP.
     Nothing but the inputs is kept for the backward pass, which recomputes the chunk's messages."""
     p = plan
@@ -552,7 +409,7 @@ def blocked(h, J, beta, w: int, causal: bool, layout):
                    for o in range(O)], axis=1)  # [G, O, nb, k, L+k]
     C = jnp.moveaxis(C, 2, 0)
 
-    plan = _Plan(L, k, nb, G, O, RC, rb, causal)
+    plan = Plan(L, k, nb, G, O, RC, rb, causal)
     m, log_z, lost = _core(plan)(hs, C, beta)  # [nch, nb, G, O, k, RC rb], [nch, G, O, RC rb]
     m, log_z, lost = (x.reshape(x.shape[:-1] + (RC, rb)) for x in (m, log_z, lost))
 

@@ -254,7 +254,7 @@ def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int]
     return out
 
 
-def _data(cell: Cell, data_path: Optional[str]):
+def cell_data(cell: Cell, data_path: Optional[str] = None):
     """``(vocab_size, data_for_seed, task_meta)``: Shakespeare data is the same for every seed."""
     if cell.task == "shakespeare":
         chars = shakespeare.encode(shakespeare.load_text(data_path))
@@ -300,7 +300,7 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
     naming the fields that differ. ``resume=False`` refuses a folder that already holds
     runs; ``restart=True`` deletes them first (``commands.txt`` is kept). ``command`` is
     appended to ``out/commands.txt``. Returns ``results[variant][seed] = metric``."""
-    vocab, data_for_seed, meta = _data(cell, data_path)  # before touching the folder: a missing corpus writes nothing
+    vocab, data_for_seed, meta = cell_data(cell, data_path)  # before touching the folder: a missing corpus writes nothing
     with FolderLock(out):
         existing = _folder_runs(out)
         if restart:

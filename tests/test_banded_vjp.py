@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel
-from isingattn.inference import Banded, banded_vjp
+from isingattn.inference import Banded, banded_plan, banded_vjp
 from isingattn.inference.banded_blocked import _blocked_layout
 from isingattn.inference.exact import LOST_MASS_TOL
 from isingattn.testing import random_model
@@ -82,8 +82,8 @@ def test_several_chunks_and_groups(monkeypatch):
     sequences and queries, the rows in chunks of one sequence, and many causal scan groups (LONG_CHAIN lowered
     to reach the doubled group count: 10 steps in 5 groups of one pair each)."""
     monkeypatch.setattr(banded_vjp, "CHUNK_BYTES", 1)  # one sequence per chunk
-    monkeypatch.setattr(banded_vjp, "LONG_CHAIN", 8)
-    assert len(banded_vjp._Plan(8, 4, 10, 2, 4, 10, 1, True).groups) == 5  # min(2 * CAUSAL_GROUPS, pairs)
+    monkeypatch.setattr(banded_plan, "LONG_CHAIN", 8)
+    assert len(banded_plan.Plan(8, 4, 10, 2, 4, 10, 1, True).groups) == 5  # min(2 * CAUSAL_GROUPS, pairs)
     compare(*case(6, 33, 8, True, (3, 2, 33, 33), (2, 1, 33, 33)), 8, True)
 
 

@@ -136,7 +136,7 @@ def test_seeded_by_the_jax_key(interleaved):
         np.testing.assert_array_equal(x.targets, y.targets)
     assert not np.array_equal(a.train.tokens[:50], c.train.tokens[:50])
     cell = experiments.Cell("bh", "brackets-hard", 12, n_train=400, n_test=80, interleaved=interleaved)
-    _, data_for_seed, _ = experiments._data(cell, None)
+    _, data_for_seed, _ = experiments.cell_data(cell)
     (tr1, te1), (tr2, te2), (tr3, _) = data_for_seed(0), data_for_seed(0), data_for_seed(1)
     np.testing.assert_array_equal(tr1.tokens, tr2.tokens)
     np.testing.assert_array_equal(te1.targets, te2.targets)
