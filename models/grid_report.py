@@ -61,10 +61,11 @@ AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
 SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
 
 
-def _logged_seconds(folder: str) -> float:
-    """The runs' own training seconds, summed: each run's last ``wall_s`` in metrics.jsonl. A process
-    killed mid-cell never adds to wall_time.json; this still counts its runs. ``wall_s`` restarts when
-    a run resumes, so a resumed run counts its last stretch only: a lower bound, like wall_time.json."""
+def _logged_seconds(folder: str, runs: set) -> float:
+    """The training seconds of the finished ``runs`` ``{(variant, seed)}``, summed: each run's last
+    ``wall_s`` in metrics.jsonl. A process killed mid-cell never adds to wall_time.json; this still
+    counts its finished runs, and never a run still training. ``wall_s`` restarts when a run resumes,
+    so a resumed run counts its last stretch only: a lower bound, like wall_time.json."""
     last = {}
     path = os.path.join(folder, "metrics.jsonl")
     for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
@@ -74,7 +75,8 @@ def _logged_seconds(folder: str) -> float:
             continue
         if isinstance(rec.get("wall_s"), (int, float)):
             key = (rec.get("variant"), rec.get("seed"))
-            last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
+            if key in runs:
+                last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
     return sum(last.values()) if last else math.nan
 
 
@@ -90,10 +92,16 @@ def _load_cells(root: str) -> list[dict]:
             open(os.path.join(folder, "results.json"))).items()}
         wt = os.path.join(folder, "wall_time.json")
         known = [x for x in (json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
-                             _logged_seconds(folder)) if not math.isnan(x)]
+                             _logged_seconds(folder, _finished(cell))) if not math.isnan(x)]
         cell["wall_s"] = max(known) if known else math.nan  # both are lower bounds: the larger
         cells.append(cell)
     return cells
+
+
+def _finished(cell) -> set:
+    """``{(variant, seed)}`` of the runs in the cell's results.json: the report reads no other run
+    (another process may be training more seeds in the folder)."""
+    return {(v, s) for v, r in cell["results"].items() for s in r}
 
 
 def _scale(cell) -> float:
@@ -198,9 +206,10 @@ def _curves(cells, part, path):
     key = "test_ppl" if cs[0]["task"] == "shakespeare" else "test_acc"
     for ax, c in zip(axes.flat, cs):
         curves = defaultdict(lambda: defaultdict(list))
+        done = _finished(c)
         for line in open(os.path.join(c["folder"], "metrics.jsonl")):
             rec = json.loads(line)
-            if key in rec:
+            if key in rec and (rec.get("variant"), rec.get("seed")) in done:
                 curves[rec["variant"]][rec["step"]].append(rec[key] * _scale(c))
         lo_all, hi_all = math.inf, -math.inf
         for v, by_step in curves.items():
@@ -243,14 +252,16 @@ def _hj_couplings(cell) -> dict[int, np.ndarray]:
             model, meta = load_transformer(ck)
         except checkpoint.CheckpointError:
             continue
-        Js[int(meta["seed"])] = np.asarray(model.attn.couplings())[0]
+        if ("hJ", int(meta["seed"])) in _finished(cell):  # not a run still training
+            Js[int(meta["seed"])] = np.asarray(model.attn.couplings())[0]
     if Js:
         new = {"head": 0, "seeds": {str(k): Js[k].tolist() for k in sorted(Js)}}
         if _read_json(path) != new:
             atomic.write_json(path, new)
         return Js
     stored = _read_json(path)
-    return {} if stored is None else {int(k): np.asarray(v) for k, v in stored["seeds"].items()}
+    return {} if stored is None else {int(k): np.asarray(v) for k, v in stored["seeds"].items()
+                                      if ("hJ", int(k)) in _finished(cell)}
 
 
 def _read_json(path):
@@ -333,7 +344,7 @@ def _attention_weights(cell) -> Optional[dict]:
     ``attention.json``), else from that file; None when neither is there."""
     from isingattn.models.saved import load_transformer
 
-    cks = {v: os.path.join(cell["folder"], f"ckpt-{v}-s0.npz") for v in cell["results"]}
+    cks = {v: os.path.join(cell["folder"], f"ckpt-{v}-s0.npz") for v in cell["results"] if (v, 0) in _finished(cell)}
     cks = {v: p for v, p in cks.items() if os.path.exists(p)}
     path = os.path.join(cell["folder"], ATTENTION)
     if not cks:
@@ -390,7 +401,7 @@ def _export_models(cells):
 
     for c in cells:
         ck = os.path.join(c["folder"], "ckpt-hJ-s0.npz")
-        if os.path.exists(ck):
+        if os.path.exists(ck) and ("hJ", 0) in _finished(c):
             model, meta = load_transformer(ck)
             checkpoint.save(os.path.join(c["folder"], "model-hJ-s0.npz"), model, meta)
 

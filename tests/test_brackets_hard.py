@@ -192,14 +192,14 @@ def test_bad_cells_are_refused(kw, match):
 def test_task_defaults_and_the_old_task_untouched():
     hard = experiments.Cell("bh", "brackets-hard", 15)  # odd: fillers pad it
     assert (hard.n_train, hard.filler, hard.split, hard.interleaved) == (1000, 0.25, "shape", True)
-    vocab, _, meta = experiments._data(hard, None)
+    vocab, _, meta = experiments.cell_data(hard)
     assert vocab == 7 and meta["chars"] == "([{)]}." and meta["task"] == "brackets-hard"
     assert {k: meta[k] for k in ("filler", "split", "interleaved")} == {"filler": 0.25, "split": "shape",
                                                                        "interleaved": True}
     old = experiments.Cell("brackets", "brackets", 8, n_train=300, n_test=50)
     assert (old.filler, old.split, old.interleaved) == (None, None, None)
     assert experiments.Cell("brackets", "brackets", 8).n_train == 20000
-    vocab, data_for_seed, meta = experiments._data(old, None)
+    vocab, data_for_seed, meta = experiments.cell_data(old)
     # the run spec's data part is what checkpoints of the committed cells hold: no new key may appear
     assert meta == {"task": "brackets", "chars": "([{)]}", "n_train": 300, "n_test": 50, "depth": None, "types": 3}
     train, test = data_for_seed(2)

@@ -97,3 +97,30 @@ def test_sample_tokens_fill_odd_lengths_with_the_filler():
     tok = _sample_tokens({"task": "brackets-hard", "seq_len": 7}, chars)
     assert "".join(chars[t] for t in tok[0]) == "([{.}])"
     assert "".join(chars[t] for t in _sample_tokens({"task": "brackets-hard", "seq_len": 4}, chars)[0]) == "([])"
+
+
+def test_the_report_reads_only_finished_runs(tmp_path):
+    """A folder where another process trains more seeds holds their checkpoints and log lines: the
+    report's learned J, curves and wall time take only the runs in results.json."""
+    import jax
+
+    from isingattn import checkpoint
+    from isingattn.models import Config, Transformer
+    from isingattn.models.grid_report import _hj_couplings
+    from isingattn.models.saved import config_to_dict
+
+    cell = Cell("brackets-hard", "brackets-hard", 8, variants=("hJ",))
+    _fake_cell(tmp_path, cell, {"hJ": {0: 0.9}})
+    folder = tmp_path / cell.name
+    with open(folder / "metrics.jsonl", "a") as f:  # seed 0 finished in 10 s; seed 1 is still training
+        f.write(json.dumps({"variant": "hJ", "seed": 0, "step": 100, "test_acc": 0.9, "wall_s": 10.0}) + "\n")
+        f.write(json.dumps({"variant": "hJ", "seed": 1, "step": 50, "test_acc": 0.5, "wall_s": 500.0}) + "\n")
+    config = Config(vocab_size=6, seq_len=8, n_out=8, variant="hJ")
+    for seed in (0, 1):
+        model = Transformer(config, key=jax.random.PRNGKey(seed))
+        meta = {"seed": seed, "step": 100 if seed == 0 else 50, "chars": "([{)]}", "model": config_to_dict(config)}
+        checkpoint.save(str(folder / f"ckpt-hJ-s{seed}.npz"), model, meta)
+    (loaded,) = _load_cells(str(tmp_path))
+    assert loaded["wall_s"] == 10.0  # not 510: seed 1's seconds belong to no reported run
+    assert set(_hj_couplings(loaded)) == {0}
+    assert set(json.load(open(folder / "learned-J.json"))["seeds"]) == {"0"}

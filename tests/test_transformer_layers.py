@@ -71,13 +71,13 @@ def test_committed_one_layer_checkpoint_loads_and_evaluates_as_trained():
     # results/reproduce/brackets/T8/model-hJ-s0.npz was trained and evaluated by the one-layer code. Its
     # metadata has no n_layers; loaded now, it must give the J that learned-J.json recorded and the test
     # accuracy its metadata recorded, on the same regenerated test set.
-    from isingattn.models.experiments import _data, grid, select
+    from isingattn.models.experiments import cell_data, grid, select
     from isingattn.models.saved import load_transformer
     from isingattn.models.train import evaluate
 
     folder = os.path.join(ROOT, "results", "reproduce", "brackets", "T8")  # 97.9%: not at the ceiling
     cell = select(grid(), "brackets", 8, ffn=True)[0]
-    _, data_for_seed, _ = _data(cell, None)
+    _, data_for_seed, _ = cell_data(cell)
     test = data_for_seed(0)[1]
     with jax.enable_x64(False):  # trained in float32, as the command line runs
         model, meta = load_transformer(os.path.join(folder, "model-hJ-s0.npz"))
@@ -96,7 +96,7 @@ def test_committed_cell_and_checkpoint_spec_still_match_one_layer():
     # model.n_layers) are one-layer, so the grid's cell resumes there; a 2-layer cell is refused.
     # (T12, not T8: T8's cell.json also predates J_param, which LEGACY_CELL does not fill in.)
     from isingattn.checkpoint import read_meta
-    from isingattn.models.experiments import _check_cell, _data, grid, select
+    from isingattn.models.experiments import _check_cell, cell_data, grid, select
     from isingattn.models.train import run_spec, saved_spec, spec_differences
 
     folder = os.path.join(ROOT, "results", "reproduce", "brackets", "T12")
@@ -107,7 +107,7 @@ def test_committed_cell_and_checkpoint_spec_still_match_one_layer():
 
     with pytest.raises(RunFolderError, match="layers: 1 -> 2"):
         _check_cell(dataclasses.replace(cell, layers=2), folder)
-    vocab, _, _ = _data(cell, None)
+    vocab, _, _ = cell_data(cell)
     saved = saved_spec(read_meta(os.path.join(folder, "model-hJ-s0.npz")))
     wanted = run_spec(cell.config("hJ", vocab), cell.train_config(), 0)
     assert wanted["model"]["n_layers"] == 1
