@@ -62,10 +62,9 @@ SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
 
 
 def _logged_seconds(folder: str, runs: set) -> float:
-    """The training seconds of the finished ``runs`` ``{(variant, seed)}``, summed: each run's last
-    ``wall_s`` in metrics.jsonl. A process killed mid-cell never adds to wall_time.json; this still
-    counts its finished runs, and never a run still training. ``wall_s`` restarts when a run resumes,
-    so a resumed run counts its last stretch only: a lower bound, like wall_time.json."""
+    """Each of ``runs`` ``{(variant, seed)}``'s last ``wall_s`` in metrics.jsonl, summed: counts the runs of a
+    process killed mid-cell (which never adds to wall_time.json). ``wall_s`` restarts when a run resumes: a
+    lower bound, like wall_time.json."""
     last = {}
     path = os.path.join(folder, "metrics.jsonl")
     for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
@@ -73,10 +72,9 @@ def _logged_seconds(folder: str, runs: set) -> float:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec.get("wall_s"), (int, float)):
-            key = (rec.get("variant"), rec.get("seed"))
-            if key in runs:
-                last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
+        key = (rec.get("variant"), rec.get("seed"))
+        if isinstance(rec.get("wall_s"), (int, float)) and key in runs:
+            last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
     return sum(last.values()) if last else math.nan
 
 
@@ -99,8 +97,7 @@ def _load_cells(root: str) -> list[dict]:
 
 
 def _finished(cell) -> set:
-    """``{(variant, seed)}`` of the runs in the cell's results.json: the report reads no other run
-    (another process may be training more seeds in the folder)."""
+    """``{(variant, seed)}`` in results.json: the report reads no other run (one may still be training)."""
     return {(v, s) for v, r in cell["results"].items() for s in r}
 
 
@@ -252,7 +249,7 @@ def _hj_couplings(cell) -> dict[int, np.ndarray]:
             model, meta = load_transformer(ck)
         except checkpoint.CheckpointError:
             continue
-        if ("hJ", int(meta["seed"])) in _finished(cell):  # not a run still training
+        if int(meta["seed"]) in cell["results"].get("hJ", {}):  # not a run still training
             Js[int(meta["seed"])] = np.asarray(model.attn.couplings())[0]
     if Js:
         new = {"head": 0, "seeds": {str(k): Js[k].tolist() for k in sorted(Js)}}
@@ -261,7 +258,7 @@ def _hj_couplings(cell) -> dict[int, np.ndarray]:
         return Js
     stored = _read_json(path)
     return {} if stored is None else {int(k): np.asarray(v) for k, v in stored["seeds"].items()
-                                      if ("hJ", int(k)) in _finished(cell)}
+                                      if int(k) in cell["results"].get("hJ", {})}
 
 
 def _read_json(path):
@@ -344,7 +341,7 @@ def _attention_weights(cell) -> Optional[dict]:
     ``attention.json``), else from that file; None when neither is there."""
     from isingattn.models.saved import load_transformer
 
-    cks = {v: os.path.join(cell["folder"], f"ckpt-{v}-s0.npz") for v in cell["results"] if (v, 0) in _finished(cell)}
+    cks = {v: os.path.join(cell["folder"], f"ckpt-{v}-s0.npz") for v, r in cell["results"].items() if 0 in r}
     cks = {v: p for v, p in cks.items() if os.path.exists(p)}
     path = os.path.join(cell["folder"], ATTENTION)
     if not cks:
@@ -401,7 +398,7 @@ def _export_models(cells):
 
     for c in cells:
         ck = os.path.join(c["folder"], "ckpt-hJ-s0.npz")
-        if os.path.exists(ck) and ("hJ", 0) in _finished(c):
+        if os.path.exists(ck) and 0 in c["results"].get("hJ", {}):
             model, meta = load_transformer(ck)
             checkpoint.save(os.path.join(c["folder"], "model-hJ-s0.npz"), model, meta)
 
