@@ -26,7 +26,7 @@ from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models import brackets, shakespeare
 from isingattn.models.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
-from isingattn.models.train import TrainConfig, compare_variants
+from isingattn.models.train import TrainConfig, compare_variants, run_spec, saved_spec, spec_differences
 from isingattn.models.transformer import Config
 from isingattn.runlock import FolderLock
 
@@ -311,18 +311,18 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
                                  f"{os.path.basename(existing[0])}). Pass --resume to continue them, --restart to "
                                  "discard them, or write to a new --out.")
         _check_cell(cell, out)
+        config = {"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
+                  "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta}
+        logged = [] if restart else _logged_variants(out, cell, vocab, meta)
         atomic.write_json(os.path.join(out, "cell.json"), dataclasses.asdict(cell), indent=2)
-        atomic.write_json(os.path.join(out, "config.json"),  # the full configuration of every run
-                          {"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
-                           "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta},
-                          indent=2)
+        atomic.write_json(os.path.join(out, "config.json"), config, indent=2)  # the full configuration of every run
         if command:
             atomic.append_line(os.path.join(out, "commands.txt"), command)
         metric = METRIC[cell.task][0]
         t0 = time.perf_counter()
         results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, range(cell.seeds),
                                    cell.train_config(), out, progress=progress, resume=True, metric=metric,
-                                   meta=meta, mesh=mesh)
+                                   meta=meta, mesh=mesh, logged=logged)
         _add_wall_time(out, time.perf_counter() - t0)
         atomic.write_json(os.path.join(out, "results.json"),
                           {v: {str(s): x for s, x in r.items()} for v, r in results.items()}, indent=2)
@@ -344,6 +344,21 @@ def _check_cell(cell: Cell, out: str) -> None:
     if diff:
         raise RunFolderError(f"{out} holds another experiment ({'; '.join(diff)}). Write to a new --out, or pass "
                              "--restart to discard its runs and start over.")
+
+
+def _logged_variants(out: str, cell: Cell, vocab: int, meta: dict) -> list[str]:
+    """Variants whose logged runs were trained under this very run spec (the folder's
+    ``config.json`` says so, read with a checkpoint's defaults for fields added since):
+    their finished rows stand for runs whose checkpoints are gone."""
+    path = os.path.join(out, "config.json")
+    try:
+        old = json.load(open(path)) if os.path.exists(path) else {}
+    except ValueError:
+        return []
+    models, tc = old.get("models") or {}, cell.train_config()
+    return [v for v in cell.variants if v in models and not spec_differences(
+        saved_spec({"spec": {"model": models[v], "train": old.get("train"), "seed": 0, "data": old.get("data")}}),
+        run_spec(cell.config(v, vocab), tc, 0, meta))]
 
 
 def _add_wall_time(out: str, seconds: float):

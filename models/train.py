@@ -227,6 +227,20 @@ def _prune_log(log_path: str, variant: str, seed: int, after: int) -> None:
         atomic.write_text(log_path, "".join(line + "\n" for line in keep))
 
 
+def _finished_in_log(log_path: str, variant: str, seed: int, steps: int) -> Optional[dict]:
+    """``{"step", "metrics"}`` of this run's final row in ``log_path`` (step ``steps``), or None."""
+    if not os.path.exists(log_path):
+        return None
+    for line in open(log_path, encoding="utf-8"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("variant") == variant and rec.get("seed") == seed and rec.get("step") == steps:
+            return {"step": steps, "metrics": rec}
+    return None
+
+
 def _scan_losses(losses: list) -> tuple:
     """``(first_bad_step or None, last_finite_step, last_finite_loss)`` over ``[(step, loss), ...]``.
 
@@ -374,7 +388,7 @@ def _quiet_model_checks():
 
 def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,
                      out_dir: str, progress: bool = True, resume: bool = False, mesh=None, metric: str = "test_acc",
-                     meta: Optional[dict] = None) -> dict[str, dict[int, float]]:
+                     meta: Optional[dict] = None, logged: Sequence[str] = ()) -> dict[str, dict[int, float]]:
     """Train every (seed, variant) pair; returns ``results[variant][seed] = final metrics[metric]``.
 
     ``make_config(variant) -> Config``; ``data_for_seed(seed) -> (train, test)``.
@@ -382,9 +396,13 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
     With ``resume`` finished runs are read back and unfinished ones continue, after every
     existing checkpoint has been checked against its run's spec (nothing is trained or
     written if one differs). The caller owns ``out_dir`` (``isingattn.runlock.FolderLock``).
-    ``mesh``: see ``train``.
+    ``mesh``: see ``train``. ``logged``: variants whose finished rows in ``metrics.jsonl``
+    stand for runs without a checkpoint (checkpoints are not committed, so a fresh clone
+    of ``results/`` has only the log); the caller vouches that the log was written under
+    this very configuration.
     """
     runs = [(s, v) for s in seeds for v in variants]
+    log_path = os.path.join(out_dir, "metrics.jsonl")
     ckpt = lambda v, s: os.path.join(out_dir, f"ckpt-{v}-s{s}.npz")
     saved = {}
     if resume:  # check them all first: a mismatch found halfway would leave a mixed folder
@@ -398,12 +416,14 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
     for seed, variant in outer:
         outer.set_postfix(seed=seed, variant=variant)
         done = saved.get((seed, variant))
+        if done is None and variant in logged and not os.path.exists(ckpt(variant, seed)):
+            done = _finished_in_log(log_path, variant, seed, tc.steps)
         if done is not None and done["step"] >= tc.steps:
             results[variant][seed] = done["metrics"][metric]
             continue
         train_split, test_split = data_for_seed(seed)
         _, rec = train(make_config(variant), train_split, test_split, tc, seed,
-                       log_path=os.path.join(out_dir, "metrics.jsonl"), desc=f"{variant} seed {seed}", progress=progress,
+                       log_path=log_path, desc=f"{variant} seed {seed}", progress=progress,
                        ckpt_path=ckpt(variant, seed), resume=resume, mesh=mesh, meta=meta)
         results[variant][seed] = rec[metric]
     return results

@@ -177,6 +177,35 @@ def test_cell_folder_refuses_other_settings_and_restart_starts_over(tmp_path):
     assert {json.loads(line)["seed"] for line in open(os.path.join(out, "metrics.jsonl"))} == {0}
 
 
+def test_a_clone_without_checkpoints_extends_a_cell_from_its_log(tmp_path):
+    """Checkpoints are not committed: a fresh clone of results/ has only metrics.jsonl and
+    config.json. Finished runs logged under the same configuration are not retrained; any
+    other run is, from scratch, with no row repeated."""
+    out = str(tmp_path / "cell")
+    wanted = run_cell(_cell(seeds=2), str(tmp_path / "whole"), progress=False)  # the reference: one uninterrupted folder
+    run_cell(_cell(), out, progress=False)
+    rows = lambda: [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    seed0 = rows()
+    for p in glob.glob(os.path.join(out, "ckpt-*.npz")):
+        os.remove(p)
+    assert run_cell(_cell(seeds=2), out, progress=False) == wanted
+    assert [r for r in rows() if r["seed"] == 0] == seed0  # read from the log, wall_s and all: not retrained
+
+    for p in glob.glob(os.path.join(out, "ckpt-*.npz")):
+        os.remove(p)
+    config = json.load(open(os.path.join(out, "config.json")))
+    config["models"]["softmax"]["d_model"] += 1  # a log written under another configuration
+    json.dump(config, open(os.path.join(out, "config.json"), "w"))
+    with open(os.path.join(out, "metrics.jsonl"), "a") as f:  # and a killed run of seed 2, with no checkpoint
+        f.write(json.dumps({**seed0[0], "seed": 2}) + "\n")
+    assert run_cell(_cell(seeds=3), out, progress=False)["softmax"] == {
+        **wanted["softmax"], 2: run_cell(_cell(seeds=3), str(tmp_path / "whole"), progress=False)["softmax"][2]}
+    again = [r for r in rows() if r["seed"] == 0]
+    assert [r["step"] for r in again] == [r["step"] for r in seed0]  # retrained once, no row twice
+    assert [r["wall_s"] for r in again] != [r["wall_s"] for r in seed0]
+    assert [r["step"] for r in rows() if r["seed"] == 2] == [r["step"] for r in seed0]
+
+
 def test_second_writer_is_refused_and_stale_locks_are_taken_over(tmp_path):
     out = str(tmp_path / "cell")
     with FolderLock(out):
