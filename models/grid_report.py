@@ -242,23 +242,21 @@ def _hj_couplings(cell) -> dict[int, np.ndarray]:
     fresh clone rebuilds the same report."""
     from isingattn.models.saved import load_transformer
 
-    path = os.path.join(cell["folder"], LEARNED_J)
-    Js = {}
+    path, done = os.path.join(cell["folder"], LEARNED_J), cell["results"].get("hJ", {})
+    stored = _read_json(path) or {"head": 0, "seeds": {}}
+    Js = {int(k): np.asarray(v) for k, v in stored["seeds"].items()}  # a clone's seeds have no checkpoint
     for ck in sorted(glob.glob(os.path.join(glob.escape(cell["folder"]), "ckpt-hJ-s*.npz"))):
         try:
             model, meta = load_transformer(ck)
         except checkpoint.CheckpointError:
             continue
-        if int(meta["seed"]) in cell["results"].get("hJ", {}):  # not a run still training
+        if int(meta["seed"]) in done:  # not a run still training
             Js[int(meta["seed"])] = np.asarray(model.attn.couplings())[0]
-    if Js:
-        new = {"head": 0, "seeds": {str(k): Js[k].tolist() for k in sorted(Js)}}
-        if _read_json(path) != new:
-            atomic.write_json(path, new)
-        return Js
-    stored = _read_json(path)
-    return {} if stored is None else {int(k): np.asarray(v) for k, v in stored["seeds"].items()
-                                      if int(k) in cell["results"].get("hJ", {})}
+    Js = {k: Js[k] for k in sorted(Js) if k in done}
+    new = {**stored, "head": 0, "seeds": {str(k): J.tolist() for k, J in Js.items()}}
+    if Js and _read_json(path) != new:
+        atomic.write_json(path, new)
+    return Js
 
 
 def _read_json(path):
@@ -310,8 +308,8 @@ def _heatmaps(cells, root):
     paths = []
     for c in cells:
         Js = _hj_couplings(c)
-        if Js:
-            J = Js[min(Js)]
+        if 0 in Js:
+            J = Js[0]
             p = os.path.join(c["folder"], "J-hJ-s0.png")
             fig = analysis.plot_couplings(J, p, threshold=0.05 * float(np.abs(J).max()),
                                           title=f"learned J, {os.path.basename(c['folder'])}")
@@ -346,7 +344,7 @@ def _attention_weights(cell) -> Optional[dict]:
     path = os.path.join(cell["folder"], ATTENTION)
     if not cks:
         return _read_json(path)
-    out = {"labels": None, "weights": {}}
+    out = _read_json(path) or {"labels": None, "weights": {}}  # variants whose checkpoints are gone stay
     for v, ck in cks.items():
         model, meta = load_transformer(ck)
         tokens = _sample_tokens(cell, meta["chars"])

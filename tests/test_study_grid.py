@@ -124,3 +124,38 @@ def test_the_report_reads_only_finished_runs(tmp_path):
     assert loaded["wall_s"] == 10.0  # not 510: seed 1's seconds belong to no reported run
     assert set(_hj_couplings(loaded)) == {0}
     assert set(json.load(open(folder / "learned-J.json"))["seeds"]) == {"0"}
+
+
+def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are_gone(tmp_path):
+    """Seeds 0-1 were trained in another clone (their J and attention are only in the committed
+    files); seed 2 has a checkpoint here. The report adds seed 2 and loses nothing."""
+    import jax
+
+    from isingattn import checkpoint
+    from isingattn.models import Config, Transformer
+    from isingattn.models.grid_report import _attention_weights, _hj_couplings
+    from isingattn.models.saved import config_to_dict
+
+    cell = Cell("brackets-hard", "brackets-hard", 8, variants=("softmax", "hJ"))
+    _fake_cell(tmp_path, cell, {"softmax": {0: 0.8, 1: 0.8, 2: 0.8}, "hJ": {0: 0.9, 1: 0.9, 2: 0.9}})
+    folder = tmp_path / cell.name
+    old = {s: np.full((8, 8), 0.1 * (s + 1)) for s in (0, 1)}
+    (folder / "learned-J.json").write_text(json.dumps({"head": 0, "seeds": {str(s): J.tolist() for s, J in old.items()}}))
+    stored_attention = {"labels": list("(([]))[]"), "weights": {"softmax": np.eye(8).tolist(), "hJ": np.eye(8).tolist()}}
+    (folder / "attention.json").write_text(json.dumps(stored_attention))
+    config = Config(vocab_size=6, seq_len=8, n_out=8, variant="hJ")
+    model = Transformer(config, key=jax.random.PRNGKey(2))
+    meta = {"seed": 2, "step": 100, "chars": "([{)]}", "model": config_to_dict(config)}
+    checkpoint.save(str(folder / "ckpt-hJ-s2.npz"), model, meta)
+    hj0 = Transformer(config, key=jax.random.PRNGKey(0))  # seed 0's hJ checkpoint only: softmax's map must stay
+    checkpoint.save(str(folder / "ckpt-hJ-s0.npz"), hj0, {**meta, "seed": 0})
+    (loaded,) = _load_cells(str(tmp_path))
+    Js = _hj_couplings(loaded)
+    assert sorted(Js) == [0, 1, 2]
+    np.testing.assert_array_equal(Js[1], old[1])  # from the file
+    np.testing.assert_array_equal(Js[2], np.asarray(model.attn.couplings())[0])  # from the checkpoint
+    assert sorted(json.load(open(folder / "learned-J.json"))["seeds"]) == ["0", "1", "2"]
+    weights = _attention_weights(loaded)["weights"]
+    assert weights["softmax"] == stored_attention["weights"]["softmax"]
+    assert weights["hJ"] != stored_attention["weights"]["hJ"]  # redrawn from seed 0's checkpoint
+    assert json.load(open(folder / "attention.json"))["weights"]["softmax"] == stored_attention["weights"]["softmax"]
