@@ -3,8 +3,9 @@ one-layer Transformers, as the one-layer code of before ``Config.n_layers`` comp
 
 tests/test_transformer_layers.py checks that today's code still gives these bit for bit
 (same key -> same parameters, same leaf order -> old checkpoints load, same outputs).
-Rounding depends on the XLA build and flags, so the file records them (``env``). It was
-written once from the repository root with the Transformer of commit ea047a5:
+Rounding depends on the XLA build and flags and on the CPU that XLA compiles for (its
+instruction set and vector width), so the file records them (``env``). It was written from
+the repository root with the Transformer of commit ea047a5:
 
     git show ea047a5:models/transformer.py > transformer_ea047a5.py
     python tests/data/make_transformer_reference.py transformer_ea047a5.py
@@ -60,12 +61,31 @@ def tokens(cfg):
     return jnp.asarray(np.random.default_rng(7).integers(0, cfg.vocab_size, (2, cfg.seq_len)))
 
 
+def cpu() -> str:
+    """The host CPU as XLA's CPU compiler sees it: vendor, family/model and SIMD extensions.
+
+    XLA compiles for the host's instruction set, so the same build rounds differently on
+    another CPU (seen: 1-ulp differences in the logits between two x86-64 CI machines).
+    """
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return platform.machine() + " " + platform.processor()
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    simd = sorted(f for f in info.get("flags", "").split() if f.startswith(("sse", "avx", "fma", "amx", "f16c")))
+    return " ".join([platform.machine(), info.get("vendor_id", ""), "family", info.get("cpu family", "?"),
+                     "model", info.get("model", "?"), *simd])
+
+
 def environment() -> str:
-    """What rounding depends on besides the code: the XLA build and flags, and the backend."""
+    """What rounding depends on besides the code: the XLA build and flags, the backend and the CPU."""
     import jaxlib
 
     return json.dumps({"jax": jax.__version__, "jaxlib": jaxlib.__version__, "backend": jax.default_backend(),
-                       "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}, sort_keys=True)
+                       "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "cpu": cpu()}, sort_keys=True)
 
 
 def outputs(kw, seed, module=current):
