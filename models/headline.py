@@ -16,7 +16,7 @@ from isingattn import atomic
 # (panel title, parts, the row field, its sign so that up is "hJ better", y label)
 PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positional"), "hJ_minus_base", +1.0,
            "hJ − softmax, test accuracy (points)"),
-          ("Tiny Shakespeare", ("shakespeare", "shakespeare-long"), "hJ_rel_pct", -1.0,
+          ("Tiny Shakespeare", ("shakespeare", "shakespeare-long", "meanfield"), "hJ_rel_pct", -1.0,
            "softmax − hJ, validation perplexity (%)"))
 
 
@@ -34,6 +34,9 @@ def series(rows: list[dict]) -> dict:
                     label = f"brackets-hard 2x4, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
                 if r["part"] == "positional":  # every variant with the relative-position field, softmax's included
                     label = f"brackets-hard + position field, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
+                if r["part"] == "meanfield":  # full J through an approximate engine (cell .../T32-meanfield-tap)
+                    method = r["cell"].rsplit("-", 1)[-1].upper()
+                    label = f"shakespeare-long, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']} through {method}"
                 out[(title, label)].append((r["T"], sign * r[field], r[field + "_ci95"], r["paired_seeds"]))
     return {k: sorted(v) for k, v in out.items()}
 
@@ -48,12 +51,18 @@ def plot(rows: list[dict], path: str):
     data = series(rows)
     if not data:
         return None
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(6.2 * len(PANELS), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(6.2 * len(PANELS), 6.0), squeeze=False)
     for ax, (title, _, _, _, ylabel) in zip(axes[0], PANELS):
         mine = {label: pts for (t, label), pts in data.items() if t == title}
+        at = defaultdict(list)  # T -> the series with a point there, in legend order
+        for label, pts in sorted(mine.items()):
+            for T, *_ in pts:
+                at[T].append(label)
         for i, (label, pts) in enumerate(sorted(mine.items())):
             T, gain, ci, n = (np.array(x, float) for x in zip(*pts))
-            x = T * (1 + 0.03 * (i - (len(mine) - 1) / 2))  # a small dodge so that error bars do not overlap
+            # a small dodge among the series that share a T, so that error bars do not overlap and no point
+            # strays toward a neighbouring T
+            x = np.array([t * (1 + 0.025 * (at[t].index(label) - (len(at[t]) - 1) / 2)) for t in T])
             yerr = np.where(np.isnan(ci), 0.0, ci)
             ax.errorbar(x, gain, yerr=yerr, marker="os^vDP"[i % 6], ls="-" if "FFN on" in label else "--",
                         capsize=3, label=label)
@@ -66,8 +75,8 @@ def plot(rows: list[dict], path: str):
         ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.minorticks_off()
         ax.set(title=title, xlabel="context length T", ylabel=ylabel)
-        if mine:
-            ax.legend(fontsize=7)
+        if mine:  # below the axes: inside, a legend of ten series hides points
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
         else:
             ax.text(0.5, 0.5, "no finished cell", transform=ax.transAxes, ha="center")
     fig.suptitle("hJ against softmax, paired by seed (mean ± 95% CI); above 0: hJ better", fontsize=10)

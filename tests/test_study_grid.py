@@ -68,8 +68,11 @@ def test_pairing_and_headline_match_numpy(tmp_path):
     ex16 = Cell("brackets-hard", "brackets-hard", 16)
     ann = Cell("annealing-hard", "brackets-hard", 16, variants=("hJ",), engine="gibbs")
     lm = Cell("shakespeare-long", "shakespeare", 32, J_param="toeplitz", variants=("softmax", "hJ"), steps=2000, **band)
+    mf = Cell("meanfield", "shakespeare", 32, variants=("hJ",), steps=2000, engine="meanfield",
+              engine_kw=(("method", "tap"),))  # no exact cell at T = 32: paired with shakespeare-long's softmax
     res = {toe: {v: acc() for v in ("softmax", "hJ", "h", "J")}, ban: {"hJ": acc()},
-           ex16: {v: acc() for v in ("softmax", "hJ")}, ann: {"hJ": acc()}, lm: {v: ppl() for v in ("softmax", "hJ")}}
+           ex16: {v: acc() for v in ("softmax", "hJ")}, ann: {"hJ": acc()}, lm: {v: ppl() for v in ("softmax", "hJ")},
+           mf: {"hJ": ppl()}}
     for c, r in res.items():
         _fake_cell(tmp_path, c, r)
     loaded = _load_cells(str(tmp_path))
@@ -80,7 +83,7 @@ def test_pairing_and_headline_match_numpy(tmp_path):
 
     write_report(str(tmp_path))
     assert (tmp_path / "headline.png").stat().st_size > 0
-    rows = [r for p in ("brackets-hard", "shakespeare-long") for r in _rows(loaded, p)]
+    rows = [r for p in ("brackets-hard", "shakespeare-long", "meanfield") for r in _rows(loaded, p)]
     got = {(label, pts[0][0]): pts[0][1:3] for (_, label), pts in headline.series(rows).items()}
     for c in (toe, ban, ex16):
         want = mean_ci([100 * (res[c]["hJ"][s] - res[toe if c is ban else c]["softmax"][s]) for s in range(5)])
@@ -88,6 +91,8 @@ def test_pairing_and_headline_match_numpy(tmp_path):
     rel = [-(res[lm]["hJ"][s] / res[lm]["softmax"][s] - 1) * 100 for s in range(3)]
     g, h = got[("shakespeare-long, FFN on, J toeplitz", 32)]
     assert (g, h) == pytest.approx((np.mean(rel), mean_ci(rel)[1]))
+    rel = [-(res[mf]["hJ"][s] / res[lm]["softmax"][s] - 1) * 100 for s in range(3)]
+    assert got[("shakespeare-long, FFN on, J full through TAP", 32)] == pytest.approx((np.mean(rel), mean_ci(rel)[1]))
     text = (tmp_path / "README.md").read_text()
     assert "## The paper's claim" in text and "vs exact-trained hJ (n=5)" in text
 
