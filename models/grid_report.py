@@ -119,8 +119,8 @@ def _same_shape(a, b) -> bool:
         b.get("layers", 1), b.get("heads", 1))
 
 
-def baseline(cell, cells) -> tuple[Optional[dict], str]:
-    """``(results by seed, label)`` that ``cell``'s hJ is paired against (None when there is none).
+def reference(cell, cells) -> tuple[Optional[dict], str, str]:
+    """``(reference cell, variant, label)``: what ``cell``'s hJ is paired against (cell None when there is none).
 
     A part in AGAINST takes that variant of the reference part's exact cell; otherwise the
     cell's own softmax, or that of a cell of the same shape in its part (or SOFTMAX_FROM's),
@@ -131,12 +131,19 @@ def baseline(cell, cells) -> tuple[Optional[dict], str]:
         ref = next((x for x in cells if x["part"] == ref_part and x["engine"] == "exact" and _same_shape(x, cell)
                     and variant in x["results"]), None)
         if ref is not None:
-            return ref["results"][variant], label
+            return ref, variant, label
     if "softmax" in cell["results"]:
-        return cell["results"]["softmax"], "softmax"
+        return cell, "softmax", "softmax"
     ref = next((x for x in cells if x["part"] in (part, SOFTMAX_FROM.get(part)) and _same_shape(x, cell)
                 and "softmax" in x["results"]), None)
-    return (ref["results"]["softmax"], "softmax") if ref else (None, "softmax")
+    return ref, "softmax", "softmax"
+
+
+def baseline(cell, cells) -> tuple[Optional[dict], str]:
+    """``(results by seed, label)`` that ``cell``'s hJ is paired against (None when there is none): see
+    :func:`reference`."""
+    ref, variant, label = reference(cell, cells)
+    return (ref["results"][variant] if ref is not None else None), label
 
 
 def _rows(cells, part):
@@ -186,9 +193,34 @@ STYLE = {"softmax": ("C0", "o", "-"), "hJ": ("C3", "s", "--"), "h": ("C2", "^", 
 MIN_SPAN = {"test_acc": 10.0, "test_ppl": 0.5}  # the least y-range of a curve panel: no cliff from a 0.1 change
 
 
+def _logged_curves(cell, key) -> tuple[dict, dict]:
+    """``(curves, final)`` of a cell's finished runs: ``curves[variant][step]`` the periodic evaluations per
+    seed, ``final[variant]`` the last step's per seed where it was evaluated on more examples than the periodic
+    ones (``TrainConfig.eval_limit``: the final evaluation takes the whole held-out set)."""
+    rows = defaultdict(list)
+    done = _finished(cell)
+    for line in open(os.path.join(cell["folder"], "metrics.jsonl")):
+        rec = json.loads(line)
+        if key in rec and (rec.get("variant"), rec.get("seed")) in done:
+            rows[rec["variant"], rec["seed"]].append(rec)
+    curves, final = defaultdict(lambda: defaultdict(list)), defaultdict(list)
+    for (v, _), recs in rows.items():
+        recs.sort(key=lambda r: r["step"])
+        periodic = recs[0].get("eval_count")
+        for r in recs:
+            if r.get("eval_count") == periodic or r is not recs[-1]:
+                curves[v][r["step"]].append(r[key] * _scale(cell))
+            else:
+                final[v].append((r["step"], r[key] * _scale(cell)))
+    return curves, final
+
+
 def _curves(cells, part, path):
     """Held-out metric against step for every cell of ``part``: the mean over seeds, with the
-    range over seeds shaded. Panels wrap at four per row."""
+    range over seeds shaded. A final evaluation on the whole held-out set (the periodic ones
+    use a subset) is a separate hollow marker, not a point of the line. A cell that lacks its
+    baseline (softmax trained once per T elsewhere, or exact-trained hJ) shows that curve thin and
+    grey. Panels wrap at four per row."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,21 +234,29 @@ def _curves(cells, part, path):
     fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.3 * nrow), squeeze=False)
     key = "test_ppl" if cs[0]["task"] == "shakespeare" else "test_acc"
     for ax, c in zip(axes.flat, cs):
-        curves = defaultdict(lambda: defaultdict(list))
-        done = _finished(c)
-        for line in open(os.path.join(c["folder"], "metrics.jsonl")):
-            rec = json.loads(line)
-            if key in rec and (rec.get("variant"), rec.get("seed")) in done:
-                curves[rec["variant"]][rec["step"]].append(rec[key] * _scale(c))
-        lo_all, hi_all = math.inf, -math.inf
-        for v, by_step in curves.items():
+        lines = []
+        ref, rv, label = reference(c, cells)
+        if ref is not None and ref is not c:
+            where = os.path.relpath(ref["folder"], os.path.dirname(os.path.dirname(ref["folder"])))
+            curves, final = _logged_curves(ref, key)
+            lines.append((f"{label} ({where})", curves.get(rv, {}), final.get(rv, []), ("0.55", ".", "-"), 0.8))
+        curves, final = _logged_curves(c, key)
+        lines += [(v, curves[v], final.get(v, []), STYLE.get(v, ("k", ".", "-")), 1.5) for v in curves]
+        lo_all, hi_all, said = math.inf, -math.inf, False
+        for name, by_step, ends, (color, marker, dash), lw in lines:
+            if not by_step:
+                continue
             steps = sorted(by_step)
             ys = [np.asarray(by_step[s]) for s in steps]
-            color, marker, dash = STYLE.get(v, ("k", ".", "-"))
-            ax.plot(steps, [y.mean() for y in ys], color=color, marker=marker, ls=dash, ms=3.5, label=v)
+            ax.plot(steps, [y.mean() for y in ys], color=color, marker=marker, ls=dash, ms=3.5, lw=lw, label=name)
             ax.fill_between(steps, [y.min() for y in ys], [y.max() for y in ys], color=color, alpha=0.15, lw=0)
-            lo_all = min(lo_all, min(y.min() for y in ys))
-            hi_all = max(hi_all, max(y.max() for y in ys))
+            vals = [y for y in ys] + [np.asarray([e for _, e in ends])] * bool(ends)
+            if ends:  # the whole held-out set: hollow, beside the line's last point
+                ax.plot([ends[0][0]], [np.mean([e for _, e in ends])], ls="none", marker=marker, mfc="none",
+                        mec=color, ms=6, label=None if said else "final, whole held-out set")
+                said = True
+            lo_all = min(lo_all, min(y.min() for y in vals))
+            hi_all = max(hi_all, max(y.max() for y in vals))
         if math.isfinite(lo_all):
             mid, span = (lo_all + hi_all) / 2, max(hi_all - lo_all, MIN_SPAN[key]) * 1.1
             ax.set_ylim(mid - span / 2, mid + span / 2)

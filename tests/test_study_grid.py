@@ -164,3 +164,22 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
     assert weights["softmax"] == stored_attention["weights"]["softmax"]
     assert weights["hJ"] != stored_attention["weights"]["hJ"]  # redrawn from seed 0's checkpoint
     assert json.load(open(folder / "attention.json"))["weights"]["softmax"] == stored_attention["weights"]["softmax"]
+
+
+def test_curves_keep_the_final_whole_set_evaluation_off_the_line(tmp_path):
+    # Shakespeare's periodic evaluations use the first eval_limit held-out examples and the final one all of them:
+    # one line through both would show a jump at the last step that is a change of data, not of the model.
+    from isingattn.models.grid_report import _logged_curves
+
+    cell = Cell("shakespeare-long", "shakespeare", 32, variants=("hJ",), seeds=2, steps=300)
+    folder = tmp_path / cell.name
+    folder.mkdir(parents=True)
+    (folder / "cell.json").write_text(json.dumps(dataclasses.asdict(cell)))
+    (folder / "results.json").write_text(json.dumps({"hJ": {"0": 6.9, "1": 7.1}}))
+    with open(folder / "metrics.jsonl", "w") as f:
+        for s in (0, 1):
+            for step, ppl, n in ((100, 9.0 + s, 2048), (200, 7.0 + s, 2048), (300, 6.9 + 0.2 * s, 9000)):
+                f.write(json.dumps({"variant": "hJ", "seed": s, "step": step, "test_ppl": ppl, "eval_count": n}) + "\n")
+    curves, final = _logged_curves(_load_cells(str(tmp_path))[0], "test_ppl")
+    assert {k: sorted(v) for k, v in curves["hJ"].items()} == {100: [9.0, 10.0], 200: [7.0, 8.0]}
+    assert sorted(final["hJ"]) == [(300, 6.9), (300, pytest.approx(7.1))]
