@@ -469,6 +469,11 @@ def write_report(root: str) -> str:
         md.append("\n## The paper's claim: hJ against softmax, by context length\n\n"
                   "Paired by seed (mean ± 95% CI, Student t); positive means hJ did better. Plot: "
                   f"`{os.path.basename(p)}`.\n\n{headline.table(every_row)}")
+        grow = headline.growth_table(every_row)
+        if grow:
+            md.append("\n### Does the gain grow with T?\n\nThe change of the paired gain above from one T to the "
+                      "next within a series (same task, FFN and form of J), with Welch's 95% interval (the two "
+                      f"gains come from different runs); bold where it excludes 0.\n\n{grow}")
     p, prof = _profiles(cells, os.path.join(root, "J-distance-profile.png"))
     if prof:
         width = max(len(m) for m, _ in prof.values())

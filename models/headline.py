@@ -12,6 +12,7 @@ from collections import defaultdict
 import numpy as np
 
 from isingattn import atomic
+from isingattn.models.report import t975
 
 # (panel title, parts, the row field, its sign so that up is "hJ better", y label)
 PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positional"), "hJ_minus_base", +1.0,
@@ -97,3 +98,38 @@ def table(rows: list[dict]) -> str:
             gain = f"{g:+.2f}" + ("" if math.isnan(ci) else f" ± {ci:.2f}")
             out += f"| {title} | {label} | {T} | {gain} | {n} |\n"
     return out
+
+
+def growth(rows: list[dict]) -> list[tuple]:
+    """Does the gain grow with T? ``[(panel, label, T0, T1, change, ci95, df), ...]``: for each series, the
+    change of hJ's paired gain from each T to the next, with Welch's 95% interval. The two gains are
+    independent samples (different runs), each known by its mean, its Student-t half-width and its number of
+    paired seeds, from which the standard errors are recovered; a gain from one seed has no interval."""
+    from scipy import stats
+
+    out = []
+    for (title, label), pts in sorted(series(rows).items()):
+        for (T0, g0, c0, n0), (T1, g1, c1, n1) in zip(pts, pts[1:]):
+            if n0 < 2 or n1 < 2:
+                continue
+            v0, v1 = (c0 / t975(n0 - 1)) ** 2, (c1 / t975(n1 - 1)) ** 2  # squared SEs, as mean_ci made them
+            if v0 + v1 == 0:  # both gains identical on every seed: a saturated metric, no interval to give
+                out.append((title, label, T0, T1, g1 - g0, 0.0, math.nan))
+                continue
+            df = (v0 + v1) ** 2 / (v0**2 / (n0 - 1) + v1**2 / (n1 - 1))
+            out.append((title, label, T0, T1, g1 - g0, float(stats.t.ppf(0.975, df) * math.sqrt(v0 + v1)), df))
+    return out
+
+
+def growth_table(rows: list[dict]) -> str:
+    """:func:`growth` as markdown; a change whose interval excludes 0 is bold."""
+    data = growth(rows)
+    if not data:
+        return ""
+    out = ("| panel | series | from T | to T | change of the gain (Welch 95% CI) | df |\n"
+           "|---|---|---|---|---|---|\n")
+    for title, label, T0, T1, d, h, df in data:
+        text = f"{d:+.2f} ± {h:.2f}"
+        out += f"| {title} | {label} | {T0} | {T1} | {f'**{text}**' if abs(d) > h else text} | {df:.1f} |\n"
+    return out
+

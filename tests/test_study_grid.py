@@ -183,3 +183,26 @@ def test_curves_keep_the_final_whole_set_evaluation_off_the_line(tmp_path):
     curves, final = _logged_curves(_load_cells(str(tmp_path))[0], "test_ppl")
     assert {k: sorted(v) for k, v in curves["hJ"].items()} == {100: [9.0, 10.0], 200: [7.0, 8.0]}
     assert sorted(final["hJ"]) == [(300, 6.9), (300, pytest.approx(7.1))]
+
+
+def test_growth_of_the_gain_matches_welchs_test_on_the_seeds():
+    # the change of the paired gain between two T is a difference of independent means: scipy's Welch test on
+    # the per-seed gains themselves is the reference; growth() sees only each row's mean, half-width and n
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    gains = {16: rng.normal(4.4, 0.5, 5), 24: rng.normal(7.0, 3.0, 3), 64: rng.normal(5.0, 1.0, 1)}
+    rows = []
+    for T, g in gains.items():
+        m, h = mean_ci(g)
+        rows.append({"part": "brackets-hard", "base": "softmax", "ffn": True, "J_param": "full", "T": T,
+                     "hJ_minus_base": m, "hJ_minus_base_ci95": h, "paired_seeds": len(g)})
+    out = headline.growth(rows)
+    assert [(r[2], r[3]) for r in out] == [(16, 24)]  # 24 -> 64: one seed at 64, no interval
+    ref = stats.ttest_ind(gains[24], gains[16], equal_var=False)
+    lo, hi = ref.confidence_interval(0.95)
+    _, _, _, _, change, half, df = out[0]
+    assert change == pytest.approx(gains[24].mean() - gains[16].mean())
+    assert (change - half, change + half) == pytest.approx((lo, hi), rel=1e-9)
+    assert df == pytest.approx(ref.df, rel=1e-9)
+    assert "**" not in headline.growth_table(rows) or abs(change) > half
