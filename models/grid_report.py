@@ -11,16 +11,15 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import math
 import os
-from collections import defaultdict
 from typing import Optional
 
 import jax
 import numpy as np
 
 from isingattn import analysis, atomic, checkpoint
-from isingattn.models import headline
+from isingattn.models import curves, headline
+from isingattn.models.cells import baseline, load_cells, paired, scale
 from isingattn.models.report import fmt, mean_ci
 
 # The paper's reference numbers (DESIGN.md §2), quoted next to ours.
@@ -50,107 +49,11 @@ PARTS = (("shakespeare", "Tiny Shakespeare: validation perplexity (lower is bett
          ("depth", "2 layers x 4 heads (brackets-hard, test accuracy %)"),
          ("shakespeare-long", "Tiny Shakespeare at long context (issue 13): validation perplexity"),
          ("meanfield", "hJ with full J through mean field and BP (Tiny Shakespeare, validation perplexity)"))
-# Parts paired against one variant of another part's exact-engine cell (same task, T, FFN, steps, shape) rather
-# than softmax: (reference part, variant, label). Where no such cell exists, the row falls back to softmax.
-AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
-           "annealing-hard": ("brackets-hard", "hJ", "exact-trained hJ"),
-           "annealing-qpu": ("brackets-hard", "hJ", "exact-trained hJ"),
-           "confounds": ("brackets-hard", "hJ", "hJ, J not decayed"),
-           "meanfield": ("shakespeare-long", "hJ", "exact-trained hJ")}
-# Parts whose cells may take softmax from another part's cell of the same shape when they lack it.
-SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
-
-
-def _logged_seconds(folder: str, runs: set) -> float:
-    """Each of ``runs`` ``{(variant, seed)}``'s last ``wall_s`` in metrics.jsonl, summed: counts the runs of a
-    process killed mid-cell (which never adds to wall_time.json). ``wall_s`` restarts when a run resumes: a
-    lower bound, like wall_time.json."""
-    last = {}
-    path = os.path.join(folder, "metrics.jsonl")
-    for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        key = (rec.get("variant"), rec.get("seed"))
-        if isinstance(rec.get("wall_s"), (int, float)) and key in runs:
-            last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
-    return sum(last.values()) if last else math.nan
-
-
-def _load_cells(root: str) -> list[dict]:
-    cells = []
-    for path in sorted(glob.glob(os.path.join(root, "*", "*", "cell.json"))):
-        folder = os.path.dirname(path)
-        if not os.path.exists(os.path.join(folder, "results.json")):
-            continue
-        cell = json.load(open(path))
-        cell["folder"] = folder
-        cell["results"] = {v: {int(s): x for s, x in r.items()} for v, r in json.load(
-            open(os.path.join(folder, "results.json"))).items()}
-        wt = os.path.join(folder, "wall_time.json")
-        known = [x for x in (json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
-                             _logged_seconds(folder, _finished(cell))) if not math.isnan(x)]
-        cell["wall_s"] = max(known) if known else math.nan  # both are lower bounds: the larger
-        cells.append(cell)
-    return cells
-
-
-def _finished(cell) -> set:
-    """``{(variant, seed)}`` in results.json: the report reads no other run (one may still be training)."""
-    return {(v, s) for v, r in cell["results"].items() for s in r}
-
-
-def _scale(cell) -> float:
-    from isingattn.models.experiments import METRIC
-
-    return METRIC[cell["task"]][2]
-
-
-def _paired(a: dict, b: dict):
-    common = sorted(set(a) & set(b))
-    return mean_ci([a[s] - b[s] for s in common]) + (len(common),) if common else (math.nan, math.nan, 0)
-
-
-def _same_shape(a, b) -> bool:
-    """Same task, context, FFN, steps and model shape: runs whose seeds pair."""
-    keys = ("task", "seq_len", "ffn", "steps", "d_model")
-    return all(a.get(k) == b.get(k) for k in keys) and (a.get("layers", 1), a.get("heads", 1)) == (
-        b.get("layers", 1), b.get("heads", 1))
-
-
-def reference(cell, cells) -> tuple[Optional[dict], str, str]:
-    """``(reference cell, variant, label)``: what ``cell``'s hJ is paired against (cell None when there is none).
-
-    A part in AGAINST takes that variant of the reference part's exact cell; otherwise the
-    cell's own softmax, or that of a cell of the same shape in its part (or SOFTMAX_FROM's),
-    where softmax is trained once per T (the banded-J cells)."""
-    part = cell["part"]
-    if part in AGAINST:
-        ref_part, variant, label = AGAINST[part]
-        ref = next((x for x in cells if x["part"] == ref_part and x["engine"] == "exact" and _same_shape(x, cell)
-                    and variant in x["results"]), None)
-        if ref is not None:
-            return ref, variant, label
-    if "softmax" in cell["results"]:
-        return cell, "softmax", "softmax"
-    ref = next((x for x in cells if x["part"] in (part, SOFTMAX_FROM.get(part)) and _same_shape(x, cell)
-                and "softmax" in x["results"]), None)
-    return ref, "softmax", "softmax"
-
-
-def baseline(cell, cells) -> tuple[Optional[dict], str]:
-    """``(results by seed, label)`` that ``cell``'s hJ is paired against (None when there is none): see
-    :func:`reference`."""
-    ref, variant, label = reference(cell, cells)
-    return (ref["results"][variant] if ref is not None else None), label
-
-
 def _rows(cells, part):
     """One row per cell: every variant's mean ± CI and hJ's paired difference to its baseline."""
     rows = []
     for c in (c for c in cells if c["part"] == part):
-        res, sc = c["results"], _scale(c)
+        res, sc = c["results"], scale(c)
         row = {"part": part, "cell": os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"]))),
                "T": c["seq_len"], "ffn": c["ffn"], "engine": c["engine"], "steps": c["steps"],
                "J_param": c.get("J_param", "full"), "seeds": max(len(r) for r in res.values()),
@@ -160,7 +63,7 @@ def _rows(cells, part):
             row[v], row[v + "_ci95"] = m * sc, h * sc
         base, label = baseline(c, cells)
         if base is not None and "hJ" in res and res["hJ"] is not base:
-            d, h, n = _paired(res["hJ"], base)
+            d, h, n = paired(res["hJ"], base)
             row["base"] = label
             row["hJ_minus_base"], row["hJ_minus_base_ci95"], row["paired_seeds"] = d * sc, h * sc, n
             if c["task"] == "shakespeare":
@@ -189,87 +92,6 @@ def _md(rows, part) -> str:
 
 
 # One look per variant, so that overlapping lines stay distinguishable (colour, marker and dash all differ).
-STYLE = {"softmax": ("C0", "o", "-"), "hJ": ("C3", "s", "--"), "h": ("C2", "^", "-."), "J": ("C7", "v", ":")}
-MIN_SPAN = {"test_acc": 10.0, "test_ppl": 0.5}  # the least y-range of a curve panel: no cliff from a 0.1 change
-
-
-def _logged_curves(cell, key) -> tuple[dict, dict]:
-    """``(curves, final)`` of a cell's finished runs: ``curves[variant][step]`` the periodic evaluations per
-    seed, ``final[variant]`` the last step's per seed where it was evaluated on more examples than the periodic
-    ones (``TrainConfig.eval_limit``: the final evaluation takes the whole held-out set)."""
-    rows = defaultdict(list)
-    done = _finished(cell)
-    for line in open(os.path.join(cell["folder"], "metrics.jsonl")):
-        rec = json.loads(line)
-        if key in rec and (rec.get("variant"), rec.get("seed")) in done:
-            rows[rec["variant"], rec["seed"]].append(rec)
-    curves, final = defaultdict(lambda: defaultdict(list)), defaultdict(list)
-    for (v, _), recs in rows.items():
-        recs.sort(key=lambda r: r["step"])
-        periodic = recs[0].get("eval_count")
-        for r in recs:
-            if r.get("eval_count") == periodic or r is not recs[-1]:
-                curves[v][r["step"]].append(r[key] * _scale(cell))
-            else:
-                final[v].append((r["step"], r[key] * _scale(cell)))
-    return curves, final
-
-
-def _curves(cells, part, path):
-    """Held-out metric against step for every cell of ``part``: the mean over seeds, with the
-    range over seeds shaded. A final evaluation on the whole held-out set (the periodic ones
-    use a subset) is a separate hollow marker, not a point of the line. A cell that lacks its
-    baseline (softmax trained once per T elsewhere, or exact-trained hJ) shows that curve thin and
-    grey. Panels wrap at four per row."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cs = sorted((c for c in cells if c["part"] == part), key=lambda c: (c["seq_len"], not c["ffn"], c["folder"]))
-    if not cs:
-        return None
-    ncol = min(4, len(cs))
-    nrow = -(-len(cs) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.3 * nrow), squeeze=False)
-    key = "test_ppl" if cs[0]["task"] == "shakespeare" else "test_acc"
-    for ax, c in zip(axes.flat, cs):
-        lines = []
-        ref, rv, label = reference(c, cells)
-        if ref is not None and ref is not c:
-            where = os.path.relpath(ref["folder"], os.path.dirname(os.path.dirname(ref["folder"])))
-            curves, final = _logged_curves(ref, key)
-            lines.append((f"{label} ({where})", curves.get(rv, {}), final.get(rv, []), ("0.55", ".", "-"), 0.8))
-        curves, final = _logged_curves(c, key)
-        lines += [(v, curves[v], final.get(v, []), STYLE.get(v, ("k", ".", "-")), 1.5) for v in curves]
-        lo_all, hi_all, said = math.inf, -math.inf, False
-        for name, by_step, ends, (color, marker, dash), lw in lines:
-            if not by_step:
-                continue
-            steps = sorted(by_step)
-            ys = [np.asarray(by_step[s]) for s in steps]
-            ax.plot(steps, [y.mean() for y in ys], color=color, marker=marker, ls=dash, ms=3.5, lw=lw, label=name)
-            ax.fill_between(steps, [y.min() for y in ys], [y.max() for y in ys], color=color, alpha=0.15, lw=0)
-            vals = [y for y in ys] + [np.asarray([e for _, e in ends])] * bool(ends)
-            if ends:  # the whole held-out set: hollow, beside the line's last point
-                ax.plot([ends[0][0]], [np.mean([e for _, e in ends])], ls="none", marker=marker, mfc="none",
-                        mec=color, ms=6, label=None if said else "final, whole held-out set")
-                said = True
-            lo_all = min(lo_all, min(y.min() for y in vals))
-            hi_all = max(hi_all, max(y.max() for y in vals))
-        if math.isfinite(lo_all):
-            mid, span = (lo_all + hi_all) / 2, max(hi_all - lo_all, MIN_SPAN[key]) * 1.1
-            ax.set_ylim(mid - span / 2, mid + span / 2)
-        ax.set(title=os.path.basename(c["folder"]), xlabel="step", ylabel=key.replace("test_", "held-out "))
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(cs):]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    atomic.savefig(fig, path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 LEARNED_J = "learned-J.json"  # head-0 J of every hJ seed: what the profiles and heatmaps are drawn from
 ATTENTION = "attention.json"  # seed 0's head-0 attention weights of every variant on a fixed input
 
@@ -443,7 +265,7 @@ def _export_models(cells):
 
 def write_report(root: str) -> str:
     """Write ``root/README.md``, ``root/<part>.csv`` and the plots; returns the markdown."""
-    cells = _load_cells(root)
+    cells = load_cells(root)
     md = ["# Reproduction of the paper's experiments\n\n",
           "Generated by `isingattn reproduce` (tables, CSV and plots are rebuilt from the run files by "
           "`isingattn reproduce --report-only`). Cells: mean ± 95% CI over seeds (Student t); differences are "
@@ -461,7 +283,7 @@ def write_report(root: str) -> str:
                 w.writeheader()
                 w.writerows(rows)
             md.append(f"\nCSV: `{part}.csv`.")
-            p = _curves(cells, part, os.path.join(root, f"{part}-curves.png"))
+            p = curves.plot(cells, part, os.path.join(root, f"{part}-curves.png"))
             if p:
                 md.append(f" Training curves: `{os.path.basename(p)}`.\n")
     p = headline.plot(every_row, os.path.join(root, "headline.png"))

@@ -9,7 +9,8 @@ import pytest
 
 from isingattn.models import headline
 from isingattn.models.experiments import BAND, Cell, grid, select
-from isingattn.models.grid_report import _load_cells, _rows, _sample_tokens, baseline, write_report
+from isingattn.models.cells import baseline, load_cells
+from isingattn.models.grid_report import _rows, _sample_tokens, write_report
 from isingattn.models.report import mean_ci
 
 
@@ -75,7 +76,7 @@ def test_pairing_and_headline_match_numpy(tmp_path):
            mf: {"hJ": ppl()}}
     for c, r in res.items():
         _fake_cell(tmp_path, c, r)
-    loaded = _load_cells(str(tmp_path))
+    loaded = load_cells(str(tmp_path))
     by_name = {c.name: next(x for x in loaded if x["folder"].endswith(c.name)) for c in res}
     # the banded cell's hJ pairs with the toeplitz cell's softmax; annealing with exact-trained hJ
     assert baseline(by_name[ban.name], loaded) == (res[toe]["softmax"], "softmax")
@@ -125,7 +126,7 @@ def test_the_report_reads_only_finished_runs(tmp_path):
         model = Transformer(config, key=jax.random.PRNGKey(seed))
         meta = {"seed": seed, "step": 100 if seed == 0 else 50, "chars": "([{)]}", "model": config_to_dict(config)}
         checkpoint.save(str(folder / f"ckpt-hJ-s{seed}.npz"), model, meta)
-    (loaded,) = _load_cells(str(tmp_path))
+    (loaded,) = load_cells(str(tmp_path))
     assert loaded["wall_s"] == 10.0  # not 510: seed 1's seconds belong to no reported run
     assert set(_hj_couplings(loaded)) == {0}
     assert set(json.load(open(folder / "learned-J.json"))["seeds"]) == {"0"}
@@ -154,7 +155,7 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
     checkpoint.save(str(folder / "ckpt-hJ-s2.npz"), model, meta)
     hj0 = Transformer(config, key=jax.random.PRNGKey(0))  # seed 0's hJ checkpoint only: softmax's map must stay
     checkpoint.save(str(folder / "ckpt-hJ-s0.npz"), hj0, {**meta, "seed": 0})
-    (loaded,) = _load_cells(str(tmp_path))
+    (loaded,) = load_cells(str(tmp_path))
     Js = _hj_couplings(loaded)
     assert sorted(Js) == [0, 1, 2]
     np.testing.assert_array_equal(Js[1], old[1])  # from the file
@@ -169,7 +170,7 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
 def test_curves_keep_the_final_whole_set_evaluation_off_the_line(tmp_path):
     # Shakespeare's periodic evaluations use the first eval_limit held-out examples and the final one all of them:
     # one line through both would show a jump at the last step that is a change of data, not of the model.
-    from isingattn.models.grid_report import _logged_curves
+    from isingattn.models.curves import logged_curves
 
     cell = Cell("shakespeare-long", "shakespeare", 32, variants=("hJ",), seeds=2, steps=300)
     folder = tmp_path / cell.name
@@ -180,7 +181,7 @@ def test_curves_keep_the_final_whole_set_evaluation_off_the_line(tmp_path):
         for s in (0, 1):
             for step, ppl, n in ((100, 9.0 + s, 2048), (200, 7.0 + s, 2048), (300, 6.9 + 0.2 * s, 9000)):
                 f.write(json.dumps({"variant": "hJ", "seed": s, "step": step, "test_ppl": ppl, "eval_count": n}) + "\n")
-    curves, final = _logged_curves(_load_cells(str(tmp_path))[0], "test_ppl")
+    curves, final = logged_curves(load_cells(str(tmp_path))[0], "test_ppl")
     assert {k: sorted(v) for k, v in curves["hJ"].items()} == {100: [9.0, 10.0], 200: [7.0, 8.0]}
     assert sorted(final["hJ"]) == [(300, 6.9), (300, pytest.approx(7.1))]
 

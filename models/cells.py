@@ -1,0 +1,111 @@
+"""The finished cells of a results folder, and what each cell's hJ is paired against.
+
+A cell is read from ``<root>/<part>/<cell>/{cell.json, results.json, metrics.jsonl,
+wall_time.json}`` as a dict: the fields of its ``Cell``, plus ``folder``, ``results``
+(``results[variant][seed]``, finished runs only) and ``wall_s``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from typing import Optional
+
+from isingattn.models.report import mean_ci
+
+# Parts paired against one variant of another part's exact-engine cell (same task, T, FFN, steps, shape) rather
+# than softmax: (reference part, variant, label). Where no such cell exists, the row falls back to softmax.
+AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
+           "annealing-hard": ("brackets-hard", "hJ", "exact-trained hJ"),
+           "annealing-qpu": ("brackets-hard", "hJ", "exact-trained hJ"),
+           "confounds": ("brackets-hard", "hJ", "hJ, J not decayed"),
+           "meanfield": ("shakespeare-long", "hJ", "exact-trained hJ")}
+# Parts whose cells may take softmax from another part's cell of the same shape when they lack it.
+SOFTMAX_FROM = {"meanfield": "shakespeare-long", "confounds": "brackets-hard"}
+
+
+def logged_seconds(folder: str, runs: set) -> float:
+    """Each of ``runs`` ``{(variant, seed)}``'s last ``wall_s`` in metrics.jsonl, summed: counts the runs of a
+    process killed mid-cell (which never adds to wall_time.json). ``wall_s`` restarts when a run resumes: a
+    lower bound, like wall_time.json."""
+    last = {}
+    path = os.path.join(folder, "metrics.jsonl")
+    for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        key = (rec.get("variant"), rec.get("seed"))
+        if isinstance(rec.get("wall_s"), (int, float)) and key in runs:
+            last[key] = max(last.get(key, 0.0), float(rec["wall_s"]))
+    return sum(last.values()) if last else math.nan
+
+
+def load_cells(root: str) -> list[dict]:
+    cells = []
+    for path in sorted(glob.glob(os.path.join(root, "*", "*", "cell.json"))):
+        folder = os.path.dirname(path)
+        if not os.path.exists(os.path.join(folder, "results.json")):
+            continue
+        cell = json.load(open(path))
+        cell["folder"] = folder
+        cell["results"] = {v: {int(s): x for s, x in r.items()} for v, r in json.load(
+            open(os.path.join(folder, "results.json"))).items()}
+        wt = os.path.join(folder, "wall_time.json")
+        known = [x for x in (json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
+                             logged_seconds(folder, finished(cell))) if not math.isnan(x)]
+        cell["wall_s"] = max(known) if known else math.nan  # both are lower bounds: the larger
+        cells.append(cell)
+    return cells
+
+
+def finished(cell) -> set:
+    """``{(variant, seed)}`` in results.json: the report reads no other run (one may still be training)."""
+    return {(v, s) for v, r in cell["results"].items() for s in r}
+
+
+def scale(cell) -> float:
+    from isingattn.models.experiments import METRIC
+
+    return METRIC[cell["task"]][2]
+
+
+def paired(a: dict, b: dict):
+    common = sorted(set(a) & set(b))
+    return mean_ci([a[s] - b[s] for s in common]) + (len(common),) if common else (math.nan, math.nan, 0)
+
+
+def same_shape(a, b) -> bool:
+    """Same task, context, FFN, steps and model shape: runs whose seeds pair."""
+    keys = ("task", "seq_len", "ffn", "steps", "d_model")
+    return all(a.get(k) == b.get(k) for k in keys) and (a.get("layers", 1), a.get("heads", 1)) == (
+        b.get("layers", 1), b.get("heads", 1))
+
+
+def reference(cell, cells) -> tuple[Optional[dict], str, str]:
+    """``(reference cell, variant, label)``: what ``cell``'s hJ is paired against (cell None when there is none).
+
+    A part in AGAINST takes that variant of the reference part's exact cell; otherwise the
+    cell's own softmax, or that of a cell of the same shape in its part (or SOFTMAX_FROM's),
+    where softmax is trained once per T (the banded-J cells)."""
+    part = cell["part"]
+    if part in AGAINST:
+        ref_part, variant, label = AGAINST[part]
+        ref = next((x for x in cells if x["part"] == ref_part and x["engine"] == "exact" and same_shape(x, cell)
+                    and variant in x["results"]), None)
+        if ref is not None:
+            return ref, variant, label
+    if "softmax" in cell["results"]:
+        return cell, "softmax", "softmax"
+    ref = next((x for x in cells if x["part"] in (part, SOFTMAX_FROM.get(part)) and same_shape(x, cell)
+                and "softmax" in x["results"]), None)
+    return ref, "softmax", "softmax"
+
+
+def baseline(cell, cells) -> tuple[Optional[dict], str]:
+    """``(results by seed, label)`` that ``cell``'s hJ is paired against (None when there is none): see
+    :func:`reference`."""
+    ref, variant, label = reference(cell, cells)
+    return (ref["results"][variant] if ref is not None else None), label
