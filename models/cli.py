@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ffn", choices=("on", "off"), default=None,
                    help="only cells with / without the FFN; without it, both")
     r.add_argument("--seeds", type=_positive_int, default=None,
-                   help="override the number of seeds per cell; without it, each cell's own")
+                   help="train seeds 0..N-1 of each cell (a folder keeps the seeds it already holds); "
+                        "without it, each cell's own number")
     r.add_argument("--engine", default=None, help="only cells trained with this engine (e.g. dqa); without it, all")
     r.add_argument("--cell", default=None,
                    help="only the cell of this name, e.g. annealing-qpu/T8-dimod-raw; without it, all")

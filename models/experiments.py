@@ -298,8 +298,9 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
     With ``resume`` finished runs are read from their checkpoints and an interrupted run
     continues from its last one; a folder that holds a different configuration is refused,
     naming the fields that differ. ``resume=False`` refuses a folder that already holds
-    runs; ``restart=True`` deletes them first (``commands.txt`` is kept). ``command`` is
-    appended to ``out/commands.txt``. Returns ``results[variant][seed] = metric``."""
+    runs; ``restart=True`` deletes them first (``commands.txt`` is kept). A folder never
+    shrinks: asked for fewer ``seeds`` than it holds, it keeps (and reads back) those it holds.
+    ``command`` is appended to ``out/commands.txt``. Returns ``results[variant][seed] = metric``."""
     vocab, data_for_seed, meta = cell_data(cell, data_path)  # before touching the folder: a missing corpus writes nothing
     with FolderLock(out):
         existing = _folder_runs(out)
@@ -311,6 +312,8 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
                                  f"{os.path.basename(existing[0])}). Pass --resume to continue them, --restart to "
                                  "discard them, or write to a new --out.")
         _check_cell(cell, out)
+        if not restart:  # fewer seeds than the folder holds would drop finished ones from results.json and the report
+            cell = dataclasses.replace(cell, seeds=max(cell.seeds, _held_seeds(out)))
         config = {"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
                   "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta}
         logged = [] if restart else _logged_variants(out, cell, vocab, meta)
@@ -344,6 +347,14 @@ def _check_cell(cell: Cell, out: str) -> None:
     if diff:
         raise RunFolderError(f"{out} holds another experiment ({'; '.join(diff)}). Write to a new --out, or pass "
                              "--restart to discard its runs and start over.")
+
+
+def _held_seeds(out: str) -> int:
+    """The number of seeds the folder's cell.json declares (0 without one): ``--seeds`` only adds seeds."""
+    try:
+        return int(json.load(open(os.path.join(out, "cell.json"))).get("seeds", 0))
+    except (OSError, ValueError):
+        return 0
 
 
 def _logged_variants(out: str, cell: Cell, vocab: int, meta: dict) -> list[str]:

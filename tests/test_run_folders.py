@@ -171,6 +171,13 @@ def test_cell_folder_refuses_other_settings_and_restart_starts_over(tmp_path):
     with pytest.raises(RunFolderError, match="--resume"):  # a folder with runs is not silently overwritten
         run_cell(_cell(), out, progress=False, resume=False)
     assert run_cell(_cell(seeds=2), out, progress=False)["softmax"][0] == first["softmax"][0]  # more seeds extend
+    log = open(os.path.join(out, "metrics.jsonl")).read()
+    two = json.load(open(os.path.join(out, "results.json")))
+    # fewer seeds never shrink the folder: results.json (what the report reads) keeps seed 1, nothing is retrained
+    assert run_cell(_cell(seeds=1), out, progress=False)["softmax"].keys() == {0, 1}
+    assert json.load(open(os.path.join(out, "results.json"))) == two
+    assert json.load(open(os.path.join(out, "cell.json")))["seeds"] == 2
+    assert open(os.path.join(out, "metrics.jsonl")).read() == log
     again = run_cell(_cell(lr=1e-2), out, progress=False, restart=True)
     assert again["softmax"][0] != first["softmax"][0]
     assert json.load(open(os.path.join(out, "cell.json")))["lr"] == 1e-2
