@@ -73,7 +73,7 @@ def plot(cells, part, path):
             ys = [np.asarray(by_step[s]) for s in steps]
             ax.plot(steps, [y.mean() for y in ys], color=color, marker=marker, ls=dash, ms=3.5, lw=lw, label=name)
             ax.fill_between(steps, [y.min() for y in ys], [y.max() for y in ys], color=color, alpha=0.15, lw=0)
-            vals = [y for y in ys] + [np.asarray([e for _, e in ends])] * bool(ends)
+            vals = ys + ([np.asarray([e for _, e in ends])] if ends else [])
             if ends:  # the whole held-out set: hollow, beside the line's last point
                 ax.plot([ends[0][0]], [np.mean([e for _, e in ends])], ls="none", marker=marker, mfc="none",
                         mec=color, ms=6, label=None if said else "final, whole held-out set")
