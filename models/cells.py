@@ -87,9 +87,8 @@ def same_shape(a, b) -> bool:
 def reference(cell, cells) -> tuple[Optional[dict], str, str]:
     """``(reference cell, variant, label)``: what ``cell``'s hJ is paired against (cell None when there is none).
 
-    A part in AGAINST takes that variant of the reference part's exact cell; otherwise the
-    cell's own softmax, or that of a cell of the same shape in its part (or SOFTMAX_FROM's),
-    where softmax is trained once per T (the banded-J cells)."""
+    A part in AGAINST takes that variant of the reference part's exact cell; otherwise softmax, from
+    :func:`sibling`."""
     part = cell["part"]
     if part in AGAINST:
         ref_part, variant, label = AGAINST[part]
@@ -97,11 +96,18 @@ def reference(cell, cells) -> tuple[Optional[dict], str, str]:
                     and variant in x["results"]), None)
         if ref is not None:
             return ref, variant, label
-    if "softmax" in cell["results"]:
-        return cell, "softmax", "softmax"
-    ref = next((x for x in cells if x["part"] in (part, SOFTMAX_FROM.get(part)) and same_shape(x, cell)
-                and "softmax" in x["results"]), None)
-    return ref, "softmax", "softmax"
+    return sibling(cell, cells, "softmax"), "softmax", "softmax"
+
+
+def sibling(cell, cells, variant: str) -> Optional[dict]:
+    """The cell whose ``variant`` pairs with ``cell``'s hJ: ``cell`` itself when it trained that variant, else a
+    cell of the same shape in its part (or SOFTMAX_FROM's), where softmax and h are trained once per T (the
+    banded-J cells, full J through mean field); None when there is none."""
+    if variant in cell["results"]:
+        return cell
+    part = cell["part"]
+    return next((x for x in cells if x["part"] in (part, SOFTMAX_FROM.get(part)) and same_shape(x, cell)
+                 and variant in x["results"]), None)
 
 
 def baseline(cell, cells) -> tuple[Optional[dict], str]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from isingattn import analysis, atomic, checkpoint
 from isingattn.models import curves, headline
-from isingattn.models.cells import baseline, load_cells, paired, scale
+from isingattn.models.cells import baseline, load_cells, paired, scale, sibling
 from isingattn.models.report import fmt, mean_ci
 
 # The paper's reference numbers (DESIGN.md §2), quoted next to ours.
@@ -67,10 +67,22 @@ def _rows(cells, part):
             row["base"] = label
             row["hJ_minus_base"], row["hJ_minus_base_ci95"], row["paired_seeds"] = d * sc, h * sc, n
             if c["task"] == "shakespeare":
-                rel = [(res["hJ"][s] / base[s] - 1) * 100 for s in sorted(set(res["hJ"]) & set(base))]
-                row["hJ_rel_pct"], row["hJ_rel_pct_ci95"] = mean_ci(rel)
+                row["hJ_rel_pct"], row["hJ_rel_pct_ci95"] = _relative(res["hJ"], base)
+        # is the gain J's? hJ against h (sigmoid attention, J = 0), trained in this cell or its sibling
+        h_cell = sibling(c, cells, "h")
+        if h_cell is not None and "hJ" in res:
+            hs = h_cell["results"]["h"]
+            d, hw, n = paired(res["hJ"], hs)
+            row["hJ_minus_h"], row["hJ_minus_h_ci95"], row["h_paired_seeds"] = d * sc, hw * sc, n
+            if c["task"] == "shakespeare":
+                row["hJ_rel_h_pct"], row["hJ_rel_h_pct_ci95"] = _relative(res["hJ"], hs)
         rows.append(row)
     return sorted(rows, key=lambda r: (r["T"], not r["ffn"], r["engine"], r["J_param"], r["cell"]))
+
+
+def _relative(a: dict, b: dict) -> tuple:
+    """Mean ± 95% CI of ``(a / b - 1) * 100`` over the seeds both hold (perplexities: % change)."""
+    return mean_ci([(a[s] / b[s] - 1) * 100 for s in sorted(set(a) & set(b))])
 
 
 def _md(rows, part) -> str:
@@ -289,13 +301,17 @@ def write_report(root: str) -> str:
     p = headline.plot(every_row, os.path.join(root, "headline.png"))
     if p:
         md.append("\n## The paper's claim: hJ against softmax, by context length\n\n"
-                  "Paired by seed (mean ± 95% CI, Student t); positive means hJ did better. Plot: "
+                  "Paired by seed (mean ± 95% CI, Student t); positive means hJ did better. Plot: the top row of "
                   f"`{os.path.basename(p)}`.\n\n{headline.table(every_row)}")
         grow = headline.growth_table(every_row)
         if grow:
             md.append("\n### Does the gain grow with T?\n\nThe change of the paired gain above from one T to the "
                       "next within a series (same task, FFN and form of J), with Welch's 95% interval (the two "
                       f"gains come from different runs); bold where it excludes 0.\n\n{grow}")
+        md.append("\n### Is the gain J's? hJ against h\n\n`h` is the same model with J = 0 (sigmoid attention), "
+                  "trained in the cell or, where it is trained once per T, in the cell of the same shape; paired by "
+                  "seed, positive means hJ did better. Plot: the bottom row of "
+                  f"`{os.path.basename(p)}`.\n\n{headline.table(every_row, 'h')}")
     p, prof = _profiles(cells, os.path.join(root, "J-distance-profile.png"))
     if prof:
         width = max(len(m) for m, _ in prof.values())

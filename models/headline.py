@@ -1,4 +1,5 @@
-"""The paper's central claim plotted: hJ's paired gain over softmax, with its 95% CI, against T.
+"""The paper's central claim plotted: hJ's paired gain over softmax, with its 95% CI, against T; below it,
+hJ's gain over h (sigmoid attention, J = 0), which says whether that gain is J's.
 
 Built from the rows of :mod:`isingattn.models.grid_report` (one per finished cell), so it is
 regenerated with every report and never drawn by hand.
@@ -14,20 +15,26 @@ import numpy as np
 from isingattn import atomic
 from isingattn.models.report import t975
 
-# (panel title, parts, the row field, its sign so that up is "hJ better", y label)
-PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positional"), "hJ_minus_base", +1.0,
-           "hJ − softmax, test accuracy (points)"),
-          ("Tiny Shakespeare", ("shakespeare", "shakespeare-long", "meanfield"), "hJ_rel_pct", -1.0,
-           "softmax − hJ, validation perplexity (%)"))
+# (panel title, parts, the sign that makes up "hJ better", y label with the comparison's name)
+PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positional"), +1.0,
+           "hJ − {}, test accuracy (points)"),
+          ("Tiny Shakespeare", ("shakespeare", "shakespeare-long", "meanfield"), -1.0,
+           "{} − hJ, validation perplexity (%)"))
+# what hJ is compared with -> (the row's field in each panel, the row's count of paired seeds); against h
+# (sigmoid attention, J = 0) asks whether a gain over softmax is J's
+COLOURS = [f"C{i}" for i in range(10)] + ["black", "darkkhaki"]  # a panel holds up to 11 series: no repeat
+AGAINST = {"softmax": (("hJ_minus_base", "hJ_rel_pct"), "paired_seeds"),
+           "h": (("hJ_minus_h", "hJ_rel_h_pct"), "h_paired_seeds")}
 
 
-def series(rows: list[dict]) -> dict:
+def series(rows: list[dict], against: str = "softmax") -> dict:
     """``{(panel, label): [(T, gain, ci95, n), ...]}`` for every row paired against softmax.
 
-    ``label`` names the part, the FFN setting and the form of J; gains are signed so that a
-    positive value means hJ did better than softmax."""
+    ``label`` names the part, the FFN setting and the form of J; gains are hJ's over ``against``
+    ("softmax" or "h"), signed so that a positive value means hJ did better."""
+    fields, count = AGAINST[against]
     out = defaultdict(list)
-    for title, parts, field, sign, _ in PANELS:
+    for (title, parts, sign, _), field in zip(PANELS, fields):
         for r in rows:
             if r.get("part") in parts and r.get("base") == "softmax" and field in r:
                 label = f"{r['part']}, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']}"
@@ -38,7 +45,7 @@ def series(rows: list[dict]) -> dict:
                 if r["part"] == "meanfield":  # full J through an approximate engine (cell .../T32-meanfield-tap)
                     method = r["cell"].rsplit("-", 1)[-1].upper()
                     label = f"shakespeare-long, FFN {'on' if r['ffn'] else 'off'}, J {r['J_param']} through {method}"
-                out[(title, label)].append((r["T"], sign * r[field], r[field + "_ci95"], r["paired_seeds"]))
+                out[(title, label)].append((r["T"], sign * r[field], r[field + "_ci95"], r[count]))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -49,50 +56,59 @@ def plot(rows: list[dict], path: str):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = series(rows)
-    if not data:
+    rows_of = {"softmax": series(rows, "softmax"), "h": series(rows, "h")}
+    if not rows_of["softmax"]:
         return None
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(6.2 * len(PANELS), 6.0), squeeze=False)
-    for ax, (title, _, _, _, ylabel) in zip(axes[0], PANELS):
-        mine = {label: pts for (t, label), pts in data.items() if t == title}
-        at = defaultdict(list)  # T -> the series with a point there, in legend order
-        for label, pts in sorted(mine.items()):
-            for T, *_ in pts:
-                at[T].append(label)
-        for i, (label, pts) in enumerate(sorted(mine.items())):
-            T, gain, ci, n = (np.array(x, float) for x in zip(*pts))
-            # a small dodge among the series that share a T, so that error bars do not overlap and no point
-            # strays toward a neighbouring T
-            x = np.array([t * (1 + 0.025 * (at[t].index(label) - (len(at[t]) - 1) / 2)) for t in T])
-            yerr = np.where(np.isnan(ci), 0.0, ci)
-            ax.errorbar(x, gain, yerr=yerr, marker="os^vDP"[i % 6], ls="-" if "FFN on" in label else "--",
-                        capsize=3, label=label)
-            for xi, gi, ni, ci_i in zip(x, gain, n, ci):
-                if math.isnan(ci_i):  # one seed: no interval to draw, say so
-                    ax.annotate(f"n={int(ni)}", (xi, gi), fontsize=6, xytext=(3, 3), textcoords="offset points")
-        ax.axhline(0, color="k", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ticks = sorted({T for pts in mine.values() for T, *_ in pts})
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.minorticks_off()
-        ax.set(title=title, xlabel="context length T", ylabel=ylabel)
-        if mine:  # below the axes: inside, a legend of ten series hides points
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-        else:
-            ax.text(0.5, 0.5, "no finished cell", transform=ax.transAxes, ha="center")
-    fig.suptitle("hJ against softmax, paired by seed (mean ± 95% CI); above 0: hJ better", fontsize=10)
+    fig, axes = plt.subplots(2, len(PANELS), figsize=(6.2 * len(PANELS), 11.5), squeeze=False)
+    for col, (title, _, _, ylabel) in enumerate(PANELS):
+        # one look per series in both rows: colour and marker by its place among the panel's labels
+        labels = sorted({label for data in rows_of.values() for (t, label) in data if t == title})
+        for row, (against, data) in enumerate(rows_of.items()):
+            ax = axes[row, col]
+            mine = {label: pts for (t, label), pts in data.items() if t == title}
+            at = defaultdict(list)  # T -> the series with a point there, in legend order
+            for label, pts in sorted(mine.items()):
+                for T, *_ in pts:
+                    at[T].append(label)
+            for label, pts in sorted(mine.items()):
+                i = labels.index(label)
+                T, gain, ci, n = (np.array(x, float) for x in zip(*pts))
+                # a small dodge among the series that share a T, so that error bars do not overlap and no point
+                # strays toward a neighbouring T
+                x = np.array([t * (1 + 0.025 * (at[t].index(label) - (len(at[t]) - 1) / 2)) for t in T])
+                yerr = np.where(np.isnan(ci), 0.0, ci)
+                ax.errorbar(x, gain, yerr=yerr, marker="os^vDP"[i % 6], color=COLOURS[i % len(COLOURS)],
+                            ls="-" if "FFN on" in label else "--", capsize=3, label=label)
+                for xi, gi, ni, ci_i in zip(x, gain, n, ci):
+                    if math.isnan(ci_i):  # one seed: no interval to draw, say so
+                        ax.annotate(f"n={int(ni)}", (xi, gi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            ax.axhline(0, color="k", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ticks = sorted({T for pts in mine.values() for T, *_ in pts})
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
+            name = "softmax" if against == "softmax" else "h (J = 0)"
+            ax.set(title=f"{title}: hJ against {name}", xlabel="context length T", ylabel=ylabel.format(name))
+            if not mine:
+                ax.text(0.5, 0.5, "no finished cell", transform=ax.transAxes, ha="center")
+        if labels:  # below the axes: inside, a legend of ten series hides points
+            handles, names = axes[0, col].get_legend_handles_labels()
+            axes[1, col].legend(handles, names, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+                                frameon=False)
+    fig.suptitle("hJ against softmax (top) and against h, sigmoid attention without J (bottom), paired by seed "
+                 "(mean ± 95% CI); above 0: hJ better", fontsize=10)
     fig.tight_layout()
     atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
 
-def table(rows: list[dict]) -> str:
-    """The figure's numbers as markdown."""
-    data = series(rows)
+def table(rows: list[dict], against: str = "softmax") -> str:
+    """The figure's numbers as markdown (one row of it: hJ against ``against``)."""
+    data = series(rows, against)
     if not data:
         return ""
-    out = "| panel | series | T | hJ gain over softmax (mean ± 95% CI) | seeds |\n|---|---|---|---|---|\n"
+    out = f"| panel | series | T | hJ gain over {against} (mean ± 95% CI) | seeds |\n|---|---|---|---|---|\n"
     for (title, label), pts in sorted(data.items()):
         for T, g, ci, n in pts:
             gain = f"{g:+.2f}" + ("" if math.isnan(ci) else f" ± {ci:.2f}")

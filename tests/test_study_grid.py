@@ -68,11 +68,12 @@ def test_pairing_and_headline_match_numpy(tmp_path):
     ban = Cell("brackets-hard", "brackets-hard", 64, J_param="banded", variants=("hJ",), **band)
     ex16 = Cell("brackets-hard", "brackets-hard", 16)
     ann = Cell("annealing-hard", "brackets-hard", 16, variants=("hJ",), engine="gibbs")
-    lm = Cell("shakespeare-long", "shakespeare", 32, J_param="toeplitz", variants=("softmax", "hJ"), steps=2000, **band)
+    lm = Cell("shakespeare-long", "shakespeare", 32, J_param="toeplitz", variants=("softmax", "hJ", "h"), steps=2000,
+              **band)
     mf = Cell("meanfield", "shakespeare", 32, variants=("hJ",), steps=2000, engine="meanfield",
               engine_kw=(("method", "tap"),))  # no exact cell at T = 32: paired with shakespeare-long's softmax
     res = {toe: {v: acc() for v in ("softmax", "hJ", "h", "J")}, ban: {"hJ": acc()},
-           ex16: {v: acc() for v in ("softmax", "hJ")}, ann: {"hJ": acc()}, lm: {v: ppl() for v in ("softmax", "hJ")},
+           ex16: {v: acc() for v in ("softmax", "hJ")}, ann: {"hJ": acc()}, lm: {v: ppl() for v in ("softmax", "hJ", "h")},
            mf: {"hJ": ppl()}}
     for c, r in res.items():
         _fake_cell(tmp_path, c, r)
@@ -94,8 +95,19 @@ def test_pairing_and_headline_match_numpy(tmp_path):
     assert (g, h) == pytest.approx((np.mean(rel), mean_ci(rel)[1]))
     rel = [-(res[mf]["hJ"][s] / res[lm]["softmax"][s] - 1) * 100 for s in range(3)]
     assert got[("shakespeare-long, FFN on, J full through TAP", 32)] == pytest.approx((np.mean(rel), mean_ci(rel)[1]))
+    # against h (J = 0): the banded cell's hJ pairs with the toeplitz cell's h, full J through TAP with
+    # shakespeare-long's; a cell without h anywhere (T = 16) has no point
+    got = {(label, pts[0][0]): pts[0][1:] for (_, label), pts in headline.series(rows, "h").items()}
+    for c in (toe, ban):
+        want = mean_ci([100 * (res[c]["hJ"][s] - res[toe]["h"][s]) for s in range(5)])
+        assert got[(f"brackets-hard, FFN on, J {c.J_param}", 64)] == pytest.approx(want + (5,))
+    assert ("brackets-hard, FFN on, J full", 16) not in got
+    for c, label in ((lm, "J toeplitz"), (mf, "J full through TAP")):
+        rel = [-(res[c]["hJ"][s] / res[lm]["h"][s] - 1) * 100 for s in range(3)]
+        assert got[(f"shakespeare-long, FFN on, {label}", 32)] == pytest.approx(mean_ci(rel) + (3,))
     text = (tmp_path / "README.md").read_text()
     assert "## The paper's claim" in text and "vs exact-trained hJ (n=5)" in text
+    assert "### Is the gain J's? hJ against h" in text and headline.table(rows, "h").splitlines()[2] in text
 
 
 def test_sample_tokens_fill_odd_lengths_with_the_filler():
