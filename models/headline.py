@@ -20,11 +20,11 @@ PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positiona
            "hJ − {}, test accuracy (points)"),
           ("Tiny Shakespeare", ("shakespeare", "shakespeare-long", "meanfield"), -1.0,
            "{} − hJ, validation perplexity (%)"))
+COLOURS = [f"C{i}" for i in range(10)] + ["black", "darkkhaki"]  # a panel holds up to 11 series: no repeat
 # what hJ is compared with -> (the row's field in each panel, the row's count of paired seeds); against h
 # (sigmoid attention, J = 0) asks whether a gain over softmax is J's
-COLOURS = [f"C{i}" for i in range(10)] + ["black", "darkkhaki"]  # a panel holds up to 11 series: no repeat
-AGAINST = {"softmax": (("hJ_minus_base", "hJ_rel_pct"), "paired_seeds"),
-           "h": (("hJ_minus_h", "hJ_rel_h_pct"), "h_paired_seeds")}
+FIELDS = {"softmax": (("hJ_minus_base", "hJ_rel_pct"), "paired_seeds"),
+          "h": (("hJ_minus_h", "hJ_rel_h_pct"), "h_paired_seeds")}
 
 
 def series(rows: list[dict], against: str = "softmax") -> dict:
@@ -32,7 +32,7 @@ def series(rows: list[dict], against: str = "softmax") -> dict:
 
     ``label`` names the part, the FFN setting and the form of J; gains are hJ's over ``against``
     ("softmax" or "h"), signed so that a positive value means hJ did better."""
-    fields, count = AGAINST[against]
+    fields, count = FIELDS[against]
     out = defaultdict(list)
     for (title, parts, sign, _), field in zip(PANELS, fields):
         for r in rows:
