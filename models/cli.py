@@ -123,6 +123,23 @@ def _analyze(args) -> int:
     return 0
 
 
+def _evaluate(args) -> int:
+    from isingattn import atomic
+    from isingattn.models.evaluate import describe, evaluate_checkpoint
+
+    if args.json:
+        _check_writable(args.json, "--json", is_file=True)
+    engine = _engine_from_args(args.engine, args.engine_kw)[0] if args.engine else None
+    if args.engine_kw and not args.engine:
+        raise _error(f"--engine-kw {args.engine_kw} needs --engine (the engine it configures), e.g. --engine gibbs.")
+    result = evaluate_checkpoint(args.checkpoint, engine=engine, keys=args.keys, data_path=args.data)
+    print(describe(result))
+    if args.json:
+        atomic.write_json(args.json, {"checkpoint": args.checkpoint, **result}, indent=2)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _export_bqm(args) -> int:
     from isingattn import atomic
     from isingattn.models.query_model import query_model
@@ -348,6 +365,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the plots and summary.json; without it runs/analyze/<checkpoint's folders and "
                         "name> (plus -layer<L> for --layer L > 0)")
     a.set_defaults(func=_analyze)
+
+    v = sub.add_parser("evaluate", help="score a checkpoint on its held-out set, through its own engine or another",
+                       **fmt)
+    v.add_argument("checkpoint", help="a checkpoint written by training (ckpt-<variant>-s<seed>.npz or model-*.npz)")
+    v.add_argument("--engine", default=None,
+                   help="score through this engine (a registry name, e.g. exact) instead of the saved one; "
+                        "without it the engine the model was trained with")
+    v.add_argument("--engine-kw", default="", help="settings of --engine, e.g. num_samples=64,num_warmup=32; "
+                                                   "without it that engine's defaults")
+    v.add_argument("--keys", type=_positive_int, default=1,
+                   help="evaluations with PRNGKey(0..N-1), for the spread a sampling engine adds")
+    v.add_argument("--data", default=None,
+                   help="Tiny Shakespeare input.txt (Shakespeare checkpoints); without it $ISINGATTN_DATA, the "
+                        "cache, or a download")
+    v.add_argument("--json", default=None, help="also write the result to this JSON file; without it, print only")
+    v.set_defaults(func=_evaluate)
 
     e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file", **fmt)
     e.add_argument("checkpoint", help="a checkpoint of an hJ, h or J model (ckpt-<variant>-s<seed>.npz)")

@@ -257,26 +257,34 @@ def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int]
 def cell_data(cell: Cell, data_path: Optional[str] = None):
     """``(vocab_size, data_for_seed, task_meta)``: Shakespeare data is the same for every seed."""
     if cell.task == "shakespeare":
-        chars = shakespeare.encode(shakespeare.load_text(data_path))
-        splits = shakespeare.lm_splits(chars, cell.seq_len)
-        return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars,
-                                                       "corpus_sha256": shakespeare.SHA256}
-
+        return task_data({"task": "shakespeare"}, cell.seq_len, data_path)
     hard = {} if cell.task == "brackets" else {"filler": cell.filler, "split": cell.split,
                                                 "interleaved": cell.interleaved}
+    chars = brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types] + ("." if hard.get("filler") else "")
+    return task_data({"task": cell.task, "chars": chars, "n_train": cell.n_train, "n_test": cell.n_test,
+                      "depth": cell.depth, "types": cell.types, **hard}, cell.seq_len, data_path)
+
+
+def task_data(meta: dict, seq_len: int, data_path: Optional[str] = None):
+    """``(vocab_size, data_for_seed, task_meta)`` from the task metadata a run saves in its checkpoints
+    (``cell_data``'s third value), so that a checkpoint alone rebuilds the data it was trained and tested on."""
+    if meta["task"] == "shakespeare":
+        chars = shakespeare.encode(shakespeare.load_text(data_path))
+        splits = shakespeare.lm_splits(chars, seq_len)
+        return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars,
+                                                       "corpus_sha256": shakespeare.SHA256}
+    hard = {k: meta[k] for k in ("filler", "split", "interleaved") if k in meta}
 
     def data_for_seed(seed):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
-        d = brackets.make_data(key, cell.seq_len, cell.n_train, cell.n_test, cell.depth, cell.types, **hard)
+        d = brackets.make_data(key, seq_len, meta["n_train"], meta["n_test"], meta["depth"], meta["types"], **hard)
         if len(d.test.tokens) == 0 or len(d.train.tokens) == 0:
-            raise IsingInputError(f"brackets at seq_len={cell.seq_len}, depth={cell.depth}, types={cell.types} gave "
+            raise IsingInputError(f"brackets at seq_len={seq_len}, depth={meta['depth']}, types={meta['types']} gave "
                                   f"{len(d.train.tokens)} training and {len(d.test.tokens)} test strings; there are "
                                   "too few distinct strings to hold out a test set. Use a longer seq_len.")
         return d.train, d.test
 
-    chars = brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types] + ("." if hard.get("filler") else "")
-    return len(chars), data_for_seed, {"task": cell.task, "chars": chars, "n_train": cell.n_train, "n_test": cell.n_test,
-                                       "depth": cell.depth, "types": cell.types, **hard}
+    return len(meta["chars"]), data_for_seed, dict(meta)
 
 
 # What a cell's folder holds besides commands.txt (kept as the folder's history); --restart removes these.

@@ -1,0 +1,79 @@
+"""`isingattn evaluate`: a checkpoint scored on its rebuilt held-out set, through its own engine or another.
+
+References: the accuracy the training run recorded through Exact (a different code path: the training
+loop, on the set built then), and Banded(T-1), a different exact algorithm, for the engine override."""
+
+import json
+
+import jax
+import pytest
+
+from isingattn import checkpoint
+from isingattn.errors import IsingInputError
+from isingattn.inference import get
+from isingattn.models.cli import run
+from isingattn.models.evaluate import evaluate_checkpoint
+from isingattn.models.saved import load_transformer
+
+T8 = "results/reproduce/brackets-hard/T8/model-hJ-s0.npz"  # exact-trained hJ, brackets-hard, T = 8, seed 0
+
+
+@pytest.fixture(autouse=True)
+def _float32():
+    with jax.enable_x64(False):  # the committed checkpoints are float32, as users train them
+        yield
+
+
+def test_own_engine_reproduces_the_recorded_accuracy_and_set():
+    meta = checkpoint.read_meta(T8)
+    r = evaluate_checkpoint(T8)
+    assert r["engine"] == "exact" and r["metric"] == "test_acc" and r["seed"] == 0
+    assert r["count"] == meta["metrics"]["eval_count"]  # the same held-out positions as in training
+    assert r["mean"] == pytest.approx(meta["metrics"]["test_acc"], abs=1e-12)
+    assert r["recorded"] == meta["metrics"]["test_acc"]
+    assert r["ci95"] is None
+
+
+def test_engine_override_is_used_and_agrees_with_another_exact_algorithm():
+    exact = evaluate_checkpoint(T8, keys=2)
+    banded = evaluate_checkpoint(T8, engine=get("banded", bandwidth=7), keys=2)  # exact for full J at T = 8
+    assert banded["engine"] == "banded"
+    assert banded["values"] == pytest.approx(exact["values"], abs=1e-9)
+    assert exact["values"][0] == exact["values"][1]  # a deterministic engine ignores the key
+
+
+def test_a_sampling_engine_differs_by_key_and_repeats_with_the_same_key():
+    gibbs = get("gibbs", num_samples=8, num_warmup=4, num_chains=1)
+    a = evaluate_checkpoint(T8, engine=gibbs, keys=3)
+    b = evaluate_checkpoint(T8, engine=gibbs, keys=3)
+    assert a["values"] == b["values"]
+    assert len(set(a["values"])) > 1
+    assert a["engine"] == "gibbs" and a["ci95"] > 0
+
+
+def test_a_checkpoint_of_another_held_out_set_is_refused(tmp_path):
+    model, meta = load_transformer(T8)
+    meta["metrics"] = {**meta["metrics"], "eval_count": meta["metrics"]["eval_count"] - 1}
+    path = str(tmp_path / "other.npz")
+    checkpoint.save(path, model, meta)
+    with pytest.raises(IsingInputError, match="rebuilt held-out set has 5994"):
+        evaluate_checkpoint(path)
+    del meta["spec"]
+    checkpoint.save(path, model, meta)
+    with pytest.raises(IsingInputError, match="does not record its task data"):
+        evaluate_checkpoint(path)
+
+
+def test_cli_writes_json_and_refuses_bad_input_with_one_line(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert run(["evaluate", T8, "--engine", "exact", "--json", str(out)]) == 0
+    assert "test_acc 99.87%" in capsys.readouterr().out
+    saved = json.loads(out.read_text())
+    assert saved["checkpoint"] == T8 and saved["count"] == 5994
+    for argv, needle in ((["evaluate", str(tmp_path / "missing.npz")], "no checkpoint"),
+                         (["evaluate", T8, "--engine-kw", "num_samples=8"], "needs --engine"),
+                         (["evaluate", T8, "--engine", "nope"], "unknown engine"),
+                         (["evaluate", T8, "--keys", "0"], "positive integer")):
+        assert run(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
