@@ -27,8 +27,8 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
 
     engine: an engine instance that replaces the saved one (None: the saved one).
     keys: evaluations with the keys ``PRNGKey(0..keys-1)``; they differ only for sampling engines.
-    Returns ``{"engine", "variant", "seq_len", "seed", "metric", "values" [keys], "mean", "ci95" (None for one key),
-    "count", "recorded"}``: ``metric`` is ``test_acc`` (brackets, a fraction) or ``test_ppl``
+    Returns ``{"engine", "engine_spec" (its registry spec), "variant", "seq_len", "seed", "metric",
+    "values" [keys], "mean", "ci95" (None for one key), "count", "recorded"}``: ``metric`` is ``test_acc`` (brackets, a fraction) or ``test_ppl``
     (Shakespeare); ``recorded`` is that metric as the training run logged it, through its own engine."""
     from isingattn.engine import to_spec
     from isingattn.models.experiments import task_data
@@ -56,10 +56,10 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
     mean, ci = mean_ci(values)
     ci = None if math.isnan(ci) else ci  # one key: no interval (and JSON has no NaN)
     try:
-        name = to_spec(model.config.engine)["name"]
-    except ValueError:
-        name = type(model.config.engine).__name__
-    return {"engine": name, "variant": model.config.variant, "seq_len": model.config.seq_len, "seed": seed,
+        engine_spec = to_spec(model.config.engine)
+    except ValueError:  # an engine that cannot be described (a DimodEngine around a live sampler)
+        engine_spec = {"name": type(model.config.engine).__name__, "config": None}
+    return {"engine": engine_spec["name"], "engine_spec": engine_spec, "variant": model.config.variant, "seq_len": model.config.seq_len, "seed": seed,
             "metric": metric, "values": values, "mean": mean, "ci95": ci, "count": runs[0]["count"],
             "recorded": recorded.get(metric)}
 

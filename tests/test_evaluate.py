@@ -37,7 +37,7 @@ def test_own_engine_reproduces_the_recorded_accuracy_and_set():
 def test_engine_override_is_used_and_agrees_with_another_exact_algorithm():
     exact = evaluate_checkpoint(T8, keys=2)
     banded = evaluate_checkpoint(T8, engine=get("banded", bandwidth=7), keys=2)  # exact for full J at T = 8
-    assert banded["engine"] == "banded"
+    assert banded["engine"] == "banded" and banded["engine_spec"]["config"]["bandwidth"] == 7
     assert banded["values"] == pytest.approx(exact["values"], abs=1e-9)
     assert exact["values"][0] == exact["values"][1]  # a deterministic engine ignores the key
 
