@@ -69,8 +69,9 @@ def describe(result: dict) -> str:
     pct = result["metric"] == "test_acc"
     f = (lambda x: f"{100 * x:.2f}%") if pct else (lambda x: f"{x:.4f}")
     n = len(result["values"])
-    spread = "" if n == 1 else f" ± {100 * result['ci95'] if pct else result['ci95']:.2g} (95% CI over {n} keys; " \
-                               f"min {f(min(result['values']))}, max {f(max(result['values']))})"
+    half = (f"{100 * result['ci95']:.2f}" if pct else f"{result['ci95']:.4f}") if n > 1 else ""
+    spread = "" if n == 1 else (f" ± {half} (95% CI over {n} keys; min {f(min(result['values']))}, "
+                                f"max {f(max(result['values']))})")
     rec = "" if result["recorded"] is None else f"; recorded in training: {f(result['recorded'])}"
     return (f"{result['variant']} (T={result['seq_len']}, seed {result['seed']}) through {result['engine']}: "
             f"{result['metric']} {f(result['mean'])}{spread} over {result['count']} positions{rec}")
