@@ -29,7 +29,8 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
     keys: evaluations with the keys ``PRNGKey(0..keys-1)``; they differ only for sampling engines.
     Returns ``{"engine", "engine_spec" (its registry spec), "variant", "seq_len", "seed", "metric",
     "values" [keys], "mean", "ci95" (None for one key), "count", "recorded"}``: ``metric`` is ``test_acc`` (brackets, a fraction) or ``test_ppl``
-    (Shakespeare); ``recorded`` is that metric as the training run logged it, through its own engine."""
+    (Shakespeare); ``recorded`` is that metric as the training run logged it, through its own engine (None
+    where training scored only part of the set at that step)."""
     from isingattn.engine import to_spec
     from isingattn.models.experiments import task_data
     from isingattn.models.saved import load_transformer
@@ -47,7 +48,11 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
     test = data_for_seed(seed)[1]
     metric = "test_ppl" if data_meta["task"] == "shakespeare" else "test_acc"
     runs = [evaluate(model, test.tokens, test.targets, batch, jax.random.PRNGKey(k)) for k in range(keys)]
-    recorded = meta.get("metrics", {})
+    train = spec.get("train") or {}
+    # a checkpoint from mid-training whose periodic evaluations scored only the first eval_limit examples
+    # recorded a metric of another set: nothing to compare with
+    limited = train.get("eval_limit") is not None and meta.get("step") != train.get("steps")
+    recorded = {} if limited else meta.get("metrics", {})
     if recorded.get("eval_count") is not None and recorded["eval_count"] != runs[0]["count"]:
         raise IsingInputError(f"{path}: the rebuilt held-out set has {runs[0]['count']} scored positions, but "
                               f"training scored {recorded['eval_count']}: it is not the set the model was tested on "

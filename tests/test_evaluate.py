@@ -58,6 +58,11 @@ def test_a_checkpoint_of_another_held_out_set_is_refused(tmp_path):
     checkpoint.save(path, model, meta)
     with pytest.raises(IsingInputError, match="rebuilt held-out set has 5994"):
         evaluate_checkpoint(path)
+    # mid-training, with periodic evaluations on the first 100 examples only: another set, not refused
+    limited = {**meta, "step": 300, "spec": {**meta["spec"], "train": {**meta["spec"]["train"], "eval_limit": 100}}}
+    checkpoint.save(path, model, limited)
+    r = evaluate_checkpoint(path)
+    assert r["recorded"] is None and r["count"] == 5994
     del meta["spec"]
     checkpoint.save(path, model, meta)
     with pytest.raises(IsingInputError, match="does not record its task data"):
