@@ -12,8 +12,10 @@ from isingattn import checkpoint
 from isingattn.errors import IsingInputError
 from isingattn.inference import get
 from isingattn.models.cli import run
-from isingattn.models.evaluate import evaluate_checkpoint
-from isingattn.models.saved import load_transformer
+from isingattn.models.evaluate import describe, evaluate_checkpoint
+from isingattn.models.experiments import cell_data, grid, select
+from isingattn.models.saved import config_from_dict, load_transformer
+from isingattn.models.transformer import Transformer
 
 T8 = "results/reproduce/brackets-hard/T8/model-hJ-s0.npz"  # exact-trained hJ, brackets-hard, T = 8, seed 0
 
@@ -49,6 +51,14 @@ def test_a_sampling_engine_differs_by_key_and_repeats_with_the_same_key():
     assert a["values"] == b["values"]
     assert len(set(a["values"])) > 1
     assert a["engine"] == "gibbs" and a["ci95"] > 0
+    assert "95% CI over 3 keys" in describe(a)
+
+
+def test_cell_data_builds_the_data_metadata_the_committed_runs_recorded():
+    for name in ("brackets-hard/T8", "brackets-hard/T16"):
+        cell = select(grid(), name=name)[0]
+        spec = checkpoint.read_meta(f"results/reproduce/{name}/model-hJ-s0.npz")["spec"]
+        assert cell_data(cell)[2] == spec["data"]
 
 
 def test_a_checkpoint_of_another_held_out_set_is_refused(tmp_path):
@@ -63,10 +73,29 @@ def test_a_checkpoint_of_another_held_out_set_is_refused(tmp_path):
     checkpoint.save(path, model, limited)
     r = evaluate_checkpoint(path)
     assert r["recorded"] is None and r["count"] == 5994
+    for data, needle in (({"task": "brackets"}, "spec.data.chars"), ({**meta["spec"]["data"], "task": "nope"}, "one of"),
+                         ({**meta["spec"]["data"], "depth": "3"}, "spec.data.depth")):
+        checkpoint.save(path, model, {**meta, "spec": {**meta["spec"], "data": data}})
+        with pytest.raises(IsingInputError, match=needle):
+            evaluate_checkpoint(path)
     del meta["spec"]
     checkpoint.save(path, model, meta)
-    with pytest.raises(IsingInputError, match="does not record its task data"):
+    with pytest.raises(IsingInputError, match="predates saved run specs"):
         evaluate_checkpoint(path)
+    with pytest.raises(IsingInputError, match="predates saved run specs"):  # a committed checkpoint of that age
+        evaluate_checkpoint("results/reproduce/brackets/T8/model-hJ-s0.npz")
+
+
+def test_a_closed_form_variant_runs_no_engine_and_refuses_one(tmp_path):
+    _, meta = load_transformer(T8)
+    soft = {**meta["model"], "variant": "softmax"}
+    meta = {**meta, "model": soft, "spec": {**meta["spec"], "model": soft}, "metrics": {}}
+    path = str(tmp_path / "softmax.npz")
+    checkpoint.save(path, Transformer(config_from_dict(soft), key=jax.random.PRNGKey(1)), meta)
+    r = evaluate_checkpoint(path)
+    assert r["engine"] is None and r["variant"] == "softmax" and "no engine" in describe(r)
+    with pytest.raises(IsingInputError, match="no engine runs"):
+        evaluate_checkpoint(path, engine=get("exact"))
 
 
 def test_cli_writes_json_and_refuses_bad_input_with_one_line(tmp_path, capsys):
@@ -78,7 +107,8 @@ def test_cli_writes_json_and_refuses_bad_input_with_one_line(tmp_path, capsys):
     for argv, needle in ((["evaluate", str(tmp_path / "missing.npz")], "no checkpoint"),
                          (["evaluate", T8, "--engine-kw", "num_samples=8"], "needs --engine"),
                          (["evaluate", T8, "--engine", "nope"], "unknown engine"),
-                         (["evaluate", T8, "--keys", "0"], "positive integer")):
+                         (["evaluate", T8, "--keys", "0"], "positive integer"),
+                         (["evaluate", T8, "--data", "x.txt"], "Drop --data")):
         assert run(argv) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1
