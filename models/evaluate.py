@@ -21,7 +21,10 @@ import jax
 from isingattn import checkpoint
 from isingattn.engine import to_spec
 from isingattn.errors import IsingInputError
+from isingattn.models.experiments import task_data
 from isingattn.models.report import mean_ci
+from isingattn.models.saved import load_transformer
+from isingattn.models.train import evaluate
 
 
 def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Optional[str] = None,
@@ -35,16 +38,13 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
     "count", "recorded"}``: ``metric`` is ``test_acc`` (brackets, a fraction) or ``test_ppl``
     (Shakespeare); ``recorded`` is that metric as the training run logged it, through its own engine
     (None where training scored only part of the set at that step)."""
-    from isingattn.models.saved import load_transformer
-    from isingattn.models.train import evaluate
-
     if isinstance(keys, bool) or not isinstance(keys, int) or keys < 1:
         raise IsingInputError(f"keys must be a positive int (evaluations with PRNGKey(0..keys-1)); got {keys!r}.")
     meta = checkpoint.read_meta(path)
     spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
     data_meta, seed = _data_meta(spec, path, data_path)
-    saved = (spec.get("model") or {}).get("engine") if isinstance(spec.get("model"), dict) else None
-    variant = (spec.get("model") or {}).get("variant")
+    saved_model = meta.get("model") if isinstance(meta.get("model"), dict) else {}  # what load_transformer builds
+    saved, variant = saved_model.get("engine"), saved_model.get("variant")
     if variant in ("softmax", "h") and engine is not None:
         raise IsingInputError(f"{path} holds a {variant!r} model, whose weights are closed forms: no engine runs, so "
                               "--engine would change nothing. Drop --engine, or score an hJ or J checkpoint.")
@@ -52,7 +52,7 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
         raise IsingInputError(f"{path} was trained through an engine that could not be saved ({saved['saved_from']}); "
                               "it would be scored through Exact under that engine's name. Pass --engine.")
     model, meta = load_transformer(path, engine=engine)
-    vocab, data_for_seed, _ = _task_data(data_meta, model.config.seq_len, data_path)
+    vocab, data_for_seed, _ = task_data(data_meta, model.config.seq_len, data_path)
     if vocab != model.config.vocab_size:
         raise IsingInputError(f"{path}: its task data has {vocab} symbols but the model reads "
                               f"{model.config.vocab_size}; the metadata does not describe this model.")
@@ -83,6 +83,9 @@ def evaluate_checkpoint(path: str, engine=None, keys: int = 1, data_path: Option
             "values": values, "mean": mean, "ci95": ci, "count": runs[0]["count"], "recorded": recorded.get(metric)}
 
 
+BRACKET_FIELDS = {"chars": str, "n_train": int, "n_test": int, "depth": int, "types": int}
+
+
 def _data_meta(spec: dict, path: str, data_path) -> tuple[dict, int]:
     """The checkpoint's task metadata and seed, checked (checkpoint metadata is untrusted input)."""
     data, seed = spec.get("data"), spec.get("seed")
@@ -105,15 +108,6 @@ def _data_meta(spec: dict, path: str, data_path) -> tuple[dict, int]:
         raise IsingInputError(f"--data is the Tiny Shakespeare corpus; {path} is a {task} checkpoint, whose data "
                               "is rebuilt from its metadata. Drop --data.")
     return data, seed
-
-
-BRACKET_FIELDS = {"chars": str, "n_train": int, "n_test": int, "depth": int, "types": int}
-
-
-def _task_data(data_meta, seq_len, data_path):
-    from isingattn.models.experiments import task_data
-
-    return task_data(data_meta, seq_len, data_path)
 
 
 def describe(result: dict) -> str:
