@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     print(f"hJ + Banded(8) vs softmax, float32, one head, d = 64; jax {jax.__version__}, {jax.default_backend()}, "
           f"os.cpu_count() = {os.cpu_count()}, CPUs usable = {len(os.sched_getaffinity(0))}, "
           f"1-min load average {load0:.2f}")
-    trees = [("HEAD", None)] + ([(args.ref, archive(args.ref))] if args.ref else [])
+    trees = [("work", None)] + ([(args.ref, archive(args.ref))] if args.ref else [])
     res = {}
     for name in args.only:  # interleaved: each row on every tree before the next row
         kind, variant, T = name.split("-")
@@ -167,15 +167,15 @@ def main(argv=None) -> int:
     print("\nWork of the hJ layer (banded_vjp's GEMMs, training step = forward + backward, per sequence):")
     for T in (64, 256):
         madds, ideal = work(T)
-        r = res.get(("HEAD", f"layer-hJ-{T}"))
+        r = res.get(("work", f"layer-hJ-{T}"))
         rate = f", {2 * madds * r['batch'] / r['median_s'] / 1e9:.1f} GFLOP/s achieved" if r else ""
         ms_ideal = f"; at that rate one ideal sweep would take {ideal / madds * r['median_s'] / r['batch'] * 1e3:.2f} ms" if r else ""
         print(f"  T={T}: {madds / 1e6:.0f} M multiply-adds ({madds / ideal:.1f}x issue 13's ideal forward sweep, "
               f"{ideal / 1e6:.1f} M){rate}{ms_ideal}")
 
-    print("\nTargets (HEAD):")
+    print("\nTargets (working tree):")
     for T, goal in (("256", 5.0), ("64", 3.0)):
-        r, b = res.get(("HEAD", f"step-hJ-{T}")), res.get(("HEAD", f"step-softmax-{T}"))
+        r, b = res.get(("work", f"step-hJ-{T}")), res.get(("work", f"step-softmax-{T}"))
         if r and b:
             ratio = (r["median_s"] / r["batch"]) / (b["median_s"] / b["batch"])
             print(f"  training step T={T}: {ratio:.1f}x softmax per sequence (target <= {goal:.0f}x)  "

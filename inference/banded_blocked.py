@@ -77,6 +77,9 @@ def _blocked(h, J, beta, w: int, causal: bool, layout):
     ``k`` spins per step to a window of ``L ≥ w`` spins (``L = 2k``, or ``L = k``), with a hand-written VJP:
     :func:`isingattn.inference.banded_vjp.blocked` (the algorithm, its derivation and its layouts are there).
     ``layout`` from :func:`_blocked_layout`."""
+    from isingattn.inference import banded_native
     from isingattn.inference.banded_vjp import blocked
 
+    if banded_native.applies(h, beta, w):  # the same forward–backward as a CPU kernel
+        return banded_native.native(h, J, beta, w, causal, layout)
     return blocked(h, J, beta, w, causal, layout)

@@ -58,3 +58,19 @@ def corpus() -> str:
         pytest.skip(f"needs the Tiny Shakespeare corpus: set {ts.ENV}=/path/to/input.txt (SHA-256 "
                     f"{ts.SHA256[:12]}…), or run `isingattn reproduce --data PATH` once to cache it")
     return path
+
+
+@pytest.fixture(params=["native", "xla"])
+def banded_kernel(request, monkeypatch):
+    """Run a test of Banded's blocked path once through each implementation: the native CPU kernel
+    (skipped where it cannot be built) and the XLA graph of banded_vjp. Compiled programs are dropped
+    around it, so that no jitted function keeps the other one's trace."""
+    from isingattn.inference import banded_native
+
+    if request.param == "native" and banded_native._library() is None:
+        pytest.skip("no C++ compiler here: the native Banded kernel is unavailable")
+    if request.param == "xla":
+        monkeypatch.setattr(banded_native, "applies", lambda *a, **k: False)
+    jax.clear_caches()
+    yield request.param
+    jax.clear_caches()

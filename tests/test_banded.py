@@ -320,7 +320,7 @@ def test_registry_and_float32():
                                                   pytest.param(17, 6, False, 1.1, 23, marks=pytest.mark.slow),
                                                   (11, 3, True, 1.1, 14), (37, 3, True, 0.9, 112),
                                                   (37, 3, False, 0.9, 111), (29, 6, True, 0.9, 175)])
-def test_blocked_path_matches_sweep(n, w, causal, beta, seed):
+def test_blocked_path_matches_sweep(n, w, causal, beta, seed, banded_kernel):
     """The blocked GEMM path (window L = 2k for w ≥ 6, n not a multiple of k; causal prefixes;
     its steps run as lax.scans) equals the per-spin sweep (path="sweep"), values and
     gradients, float64, and the result is the blocked path's own (within its underflow

@@ -1,5 +1,6 @@
-"""The hand-written VJP of Banded's blocked path (inference/banded_vjp.py) against independent
-references: the per-spin sweep (``Banded(path="sweep")``, autodiff through its scans) for values and
+"""The hand-written VJPs of Banded's blocked path, the XLA graph (inference/banded_vjp.py) and the native
+CPU kernel (inference/banded_native.cc), each test once per implementation (the ``banded_kernel``
+fixture), against independent references: the per-spin sweep (``Banded(path="sweep")``, autodiff through its scans) for values and
 gradients, and float64 central differences of the blocked path itself.
 
 Covered: causal prefixes (every query's own model, the k offset classes, several scan groups and the
@@ -18,7 +19,7 @@ import pytest
 
 from isingattn import IsingModel
 from isingattn.inference import Banded, banded_plan, banded_vjp
-from isingattn.inference.banded_blocked import _blocked_layout
+from isingattn.inference.banded_blocked import _blocked, _blocked_layout
 from isingattn.inference.exact import LOST_MASS_TOL
 from isingattn.testing import random_model
 
@@ -71,13 +72,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("seed,n,w,causal,h_shape,J_shape", CASES)
-def test_blocked_vjp_matches_autodiff_of_the_sweep(seed, n, w, causal, h_shape, J_shape):
+def test_blocked_vjp_matches_autodiff_of_the_sweep(seed, n, w, causal, h_shape, J_shape, banded_kernel):
     """Values and gradients (h, J, β) of Σ c·mean + 0.1 Σ log Z: the blocked path with its hand-written VJP
     equals autodiff through the per-spin sweep, float64, for causal prefixes and batch axes."""
     compare(*case(seed, n, w, causal, h_shape, J_shape), w, causal)
 
 
-def test_several_chunks_and_groups(monkeypatch):
+def test_several_chunks_and_groups(monkeypatch, banded_kernel):
     """Causal, w = 8 (L = 2k), n not a multiple of k, J varying along the heads (G = 2) and shared along the
     sequences and queries, the rows in chunks of one sequence, and many causal scan groups (LONG_CHAIN lowered
     to reach the doubled group count: 10 steps in 5 groups of one pair each)."""
@@ -87,7 +88,7 @@ def test_several_chunks_and_groups(monkeypatch):
     compare(*case(6, 33, 8, True, (3, 2, 33, 33), (2, 1, 33, 33)), 8, True)
 
 
-def test_blocked_vjp_matches_finite_differences():
+def test_blocked_vjp_matches_finite_differences(banded_kernel):
     """Directional derivatives of the blocked path's Σ c·mean + 0.1 Σ log Z along random directions in h,
     in J (symmetric, inside the band) and in β equal float64 central differences of the same path."""
     n, w = 15, 8
@@ -107,7 +108,7 @@ def test_blocked_vjp_matches_finite_differences():
         np.testing.assert_allclose(float(want), fd, rtol=1e-7, atol=1e-8)
 
 
-def test_gradient_with_a_fallback_model_float32():
+def test_gradient_with_a_fallback_model_float32(banded_kernel):
     """float32, a batch in which the queries of one sequence fail the blocked path's underflow bound
     (|h| ~ 1e2 and |J| ~ 1e1 competing: their messages underflow) and take the sweep: every model's values
     and gradients equal the sweep's (its own VJP for the failing models, the blocked path's for the others)."""
@@ -115,7 +116,7 @@ def test_gradient_with_a_fallback_model_float32():
     h, J, beta, c = case(8, n, w, True, (3, n, n), (3, 1, n, n))
     h, J = h.at[1].multiply(100.0), J.at[1].multiply(30.0)
     h, J, beta, c = (x.astype(jnp.float32) for x in (h, J, beta, c))
-    lost = np.asarray(banded_vjp.blocked(h, J, beta, w, True, _blocked_layout(h.shape, J.shape, w, True, None, False))[2])
+    lost = np.asarray(_blocked(h, J, beta, w, True, _blocked_layout(h.shape, J.shape, w, True, None, False))[2])
     fail = lost > np.log(LOST_MASS_TOL)
     assert fail[1].any() and not fail[0].any() and not fail[2].any()
     (vb, mb), gb = value_and_grads(h, J, beta, c, w=w, causal=True, path="auto")
