@@ -222,7 +222,7 @@ def study(annealers: dict) -> list[Cell]:
     lm = dict(task="shakespeare", seeds=3, steps=2000, **every)
     text = [Cell("shakespeare-long", seq_len=16, variants=("softmax", "hJ", "h"), **lm)]
     text += [Cell("shakespeare-long", seq_len=T, **{"variants": ("softmax", "hJ", "h"), **form}, **band, **lm)
-             for T in (32, 64, 128) for form in forms]
+             for T in (32, 64, 128, 256) for form in forms]
     # full J through TAP and BP: validated against exact-trained hJ at T = 16, then at T = 32; at T = 64 TAP only
     # (a BP step there is ~90x softmax's at a learned-looking J, benchmarks/README.md; naive MF is slower than TAP)
     text += [Cell("meanfield", seq_len=T, variants=("hJ",), engine="meanfield", engine_kw=(("method", m),), **lm)
