@@ -8,19 +8,22 @@ Rows (each in its own subprocess, float32, one head, d = 64):
 * ``step``: one training step (forward + backward + AdamW) of the one-layer Transformer as
   benchmarks/train_step.py builds it (d_model 64, FFN, bracket-sized vocabulary), softmax at batch 64,
   hJ + Banded(8) (``J_param="banded"``, ``J_band=8``) at ``--batch-256`` (T = 256) or 64 (T = 64).
+* ``engine``: ``Banded(bandwidth=8)`` alone on the causal models of 8 sequences at T = 256 (h N(0, 1), J as in
+  ``layer``): the marginals (``fwd``), or the marginals and their VJP in h and J (``vjp``).
+* ``gemm``: a float32 512 x 512 GEMM, the machine's multiply-add rate, against which issue 13's ideal (one
+  forward sweep, ``2^(w+1) T²/2`` multiply-adds per sequence) is put in milliseconds.
 
 Times are after compile, median (and best) of ``--repeats`` calls; ``compile`` is the first call. Ratios
 are per sequence against softmax at the same T and the same kind of row. ``--ref COMMIT`` runs the same
 rows on another commit of this repository as well (``git archive`` into a temporary package layout, put
-first on PYTHONPATH), so that old and new are measured in one run. The work column counts the
-multiply-adds of the GEMMs of inference/banded_vjp.py (8 transfers' worth per step and row: α and β,
-then [α, α'] and [β, β'] and the row contraction) and the ideal of issue 13, ``2^(w+1) T²/2`` per sequence
-for one forward sweep.
+first on PYTHONPATH), so that old and new are measured in one run (``--ref HEAD``: the working tree
+against its last commit). On a CPU, Banded runs the native kernel (inference/banded_native.cc) where it
+builds; ``ISINGATTN_NATIVE=0`` times the XLA graph (inference/banded_vjp.py) instead.
 
 Targets (issue 13): the hJ + Banded(8) training step ≤ 5x softmax per sequence at T = 256, ≤ 3x at
 T = 64, compile ≤ 60 s.
 
-Run:  taskset -c 0 python benchmarks/banded_vjp.py                    (~4 minutes on one core)
+Run:  taskset -c 0 python benchmarks/banded_vjp.py                    (~3 minutes on one core)
       taskset -c 0 python benchmarks/banded_vjp.py --ref 089a0ad      (and the same rows on that commit)
 """
 
@@ -36,7 +39,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ROWS = ("layer-softmax-64", "layer-hJ-64", "layer-softmax-256", "layer-hJ-256",
-        "step-softmax-64", "step-hJ-64", "step-softmax-256", "step-hJ-256")
+        "step-softmax-64", "step-hJ-64", "step-softmax-256", "step-hJ-256",
+        "engine-fwd-256", "engine-vjp-256", "gemm-f32-512")
 
 
 def child(name: str, batch: int, repeats: int) -> dict:
@@ -50,7 +54,23 @@ def child(name: str, batch: int, repeats: int) -> dict:
     kind, variant, T = name.split("-")
     T = int(T)
     key = jax.random.PRNGKey(0)
-    if kind == "layer":
+    if kind == "engine":  # Banded(8) alone on the causal models of batch 8 (one head): marginals, or marginals + VJP
+        from isingattn import IsingModel
+
+        ks = jax.random.split(key, 3)
+        h = jax.random.normal(ks[0], (batch, 1, T, T), jnp.float32)
+        d = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+        A = 0.3 * jax.random.normal(ks[1], (1, T, T), jnp.float32)
+        J = jnp.where((d >= 1) & (d <= 8), (A + jnp.swapaxes(A, -1, -2)) / 2, 0.0)
+        c = jax.random.normal(ks[2], h.shape, jnp.float32)
+        mean = lambda h, J: Banded(bandwidth=8).marginals(IsingModel(h, J, causal=True)).mean
+        f = jax.jit(mean) if variant == "fwd" else jax.jit(jax.grad(lambda h, J: jnp.sum(c * mean(h, J)), argnums=(0, 1)))
+        r = time_calls(lambda i: f(h, J), repeats)
+    elif kind == "gemm":  # the machine's float32 GEMM rate: the yardstick for the ideal sweep
+        a = jax.random.normal(key, (T, T), jnp.float32)
+        f = jax.jit(lambda a: a @ a)
+        r = time_calls(lambda i: f(a), repeats)
+    elif kind == "layer":
         from isingattn.attention import boltzmann_attention
 
         ks = jax.random.split(key, 4)
@@ -74,23 +94,6 @@ def child(name: str, batch: int, repeats: int) -> dict:
         model = Transformer(Config(vocab_size=6, seq_len=T, n_out=T, **kw), key=key)
         r = time_train_steps(model, T, batch, repeats)
     return dict(name=name, T=T, batch=batch, compile_s=r["first_s"], median_s=r["median_s"], best_s=r["best_s"])
-
-
-def work(T: int, w: int = 8) -> tuple:
-    """(multiply-adds of banded_vjp's GEMMs for one sequence's training step, issue 13's ideal for one
-    forward sweep of one sequence), causal, the steps and scan groups of banded_vjp's plan."""
-    from isingattn.inference.banded_blocked import _block_len
-    from isingattn.inference.banded_plan import Plan
-
-    L, k = _block_len(T, w)
-    nb = 2 * -(-T // (2 * k))
-    plan = Plan(L, k, nb, 1, k, nb, 1, True)
-    row_steps = sum((b1 - b0) * (nb - lo) * k for b0, b1, lo in plan.groups)  # rows (o, rc) live at each step
-    nL, nk = 2**L, 2**k
-    per = (nL * (nk + 1) + nL * (nk + 1) + nL * (k + 1)  # primal: α (with its sums), β (with its sums), marginals
-           + 2 * nL * (nk + 1)  # backward: [α, α']
-           + 2 * nL * nk + 2 * nL * nk + nL * k + nL)  # [β, β̃'], the row contraction, ḡ_h, the window's couplings
-    return row_steps * per, 2 ** (w + 1) * T * T / 2
 
 
 def archive(commit: str) -> str:
@@ -130,7 +133,7 @@ def main(argv=None) -> int:
     res = {}
     for name in args.only:  # interleaved: each row on every tree before the next row
         kind, variant, T = name.split("-")
-        batch = 8 if kind == "layer" else (args.batch_256 if (variant == "hJ" and T == "256") else 64)
+        batch = 8 if kind in ("layer", "engine", "gemm") else (args.batch_256 if (variant == "hJ" and T == "256") else 64)
         for label, path in trees:
             env = dict(os.environ)
             if path:
@@ -164,14 +167,19 @@ def main(argv=None) -> int:
     for x in rows:
         print(line(x))
 
-    print("\nWork of the hJ layer (banded_vjp's GEMMs, training step = forward + backward, per sequence):")
-    for T in (64, 256):
-        madds, ideal = work(T)
-        r = res.get(("work", f"layer-hJ-{T}"))
-        rate = f", {2 * madds * r['batch'] / r['median_s'] / 1e9:.1f} GFLOP/s achieved" if r else ""
-        ms_ideal = f"; at that rate one ideal sweep would take {ideal / madds * r['median_s'] / r['batch'] * 1e3:.2f} ms" if r else ""
-        print(f"  T={T}: {madds / 1e6:.0f} M multiply-adds ({madds / ideal:.1f}x issue 13's ideal forward sweep, "
-              f"{ideal / 1e6:.1f} M){rate}{ms_ideal}")
+    g = res.get(("work", "gemm-f32-512"))
+    if g:  # issue 13's ideal: one forward sweep, 2^(w+1) T^2 / 2 multiply-adds per sequence, at the GEMM rate
+        rate = 512**3 / g["median_s"]  # multiply-adds per second
+        ideal = 2**9 * 256**2 / 2
+        print(f"\nfloat32 GEMM 512^3: {2 * rate / 1e9:.1f} GFLOP/s. Issue 13's ideal forward sweep at T=256 "
+              f"({ideal / 1e6:.1f} M multiply-adds per sequence) would take {ideal / rate * 1e3:.2f} ms at that rate.")
+        for label, _ in trees:
+            for v in ("fwd", "vjp"):
+                r = res.get((label, f"engine-{v}-256"))
+                if r:
+                    per = r["median_s"] / r["batch"]
+                    print(f"  {label} Banded(8) {'marginals' if v == 'fwd' else 'marginals + VJP'}: "
+                          f"{per * 1e3:.2f} ms per sequence = {per / (ideal / rate):.1f}x the ideal forward sweep")
 
     print("\nTargets (working tree):")
     for T, goal in (("256", 5.0), ("64", 3.0)):
