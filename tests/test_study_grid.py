@@ -34,7 +34,7 @@ def test_study_cells_are_declared_as_issue_13_asks():
     assert [c.name for c in pos] == ["positional/T64-toeplitz8-relbias"] and pos[0].variants == ("softmax", "hJ", "h")
     assert pos[0].config("hJ", 7).rel_bias and not select(cells, "brackets-hard", 64)[0].config("hJ", 7).rel_bias
     lm = select(cells, "shakespeare-long")
-    assert {c.seq_len for c in lm} == {16, 32, 64, 128} and all(c.steps == 2000 and c.seeds == 3 for c in lm)
+    assert {c.seq_len for c in lm} == {16, 32, 64, 128, 256} and all(c.steps == 2000 and c.seeds == 3 for c in lm)
     mf = select(cells, "meanfield")
     assert {(c.seq_len, dict(c.engine_kw)["method"]) for c in mf} == {(16, "tap"), (16, "bp"), (32, "tap"), (32, "bp"),
                                                                        (64, "tap")}
