@@ -43,10 +43,10 @@ def _blocked_program_size(n, w, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_blocked_program_does_not_grow_with_steps(causal):
+def test_blocked_program_does_not_grow_with_steps(causal, banded_kernel):
     """n = 40 and n = 80 at w = 3 (4 spins per step: 10 and 20 steps, every causal group ≥ 2
-    steps): the same number of traced equations, forward and gradient. Unrolled steps (the
-    old code) would double them."""
+    steps): the same number of traced equations, forward and gradient, for the XLA graph and for
+    the native kernel (one call). Unrolled steps (the old code) would double them."""
     w = 3
     assert _block_len(40, w)[1] == 4 and 40 // 4 >= 2 * CAUSAL_GROUPS
     assert _blocked_program_size(40, w, causal) == _blocked_program_size(80, w, causal)
