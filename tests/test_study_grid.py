@@ -35,6 +35,9 @@ def test_study_cells_are_declared_as_issue_13_asks():
     assert pos[0].config("hJ", 7).rel_bias and not select(cells, "brackets-hard", 64)[0].config("hJ", 7).rel_bias
     lm = select(cells, "shakespeare-long")
     assert {c.seq_len for c in lm} == {16, 32, 64, 128, 256} and all(c.steps == 2000 and c.seeds == 3 for c in lm)
+    conv = select(cells, "convergence")  # the T = 64 toeplitz cell, trained 3x as long
+    assert [(c.name, c.steps, c.variants) for c in conv] == [("convergence/T64-toeplitz8", 6000, ("softmax", "hJ", "h"))]
+    assert dataclasses.replace(conv[0], part="shakespeare-long", steps=2000, eval_every=100) in lm
     mf = select(cells, "meanfield")
     assert {(c.seq_len, dict(c.engine_kw)["method"]) for c in mf} == {(16, "tap"), (16, "bp"), (32, "tap"), (32, "bp"),
                                                                        (64, "tap")}
