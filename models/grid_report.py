@@ -166,12 +166,23 @@ def _profiles(cells, path):
             out[os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))] = (m[:band] if band else m, n)
     if not out:
         return None, {}
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name, (m, _) in out.items():
-        ax.plot(np.arange(1, len(m) + 1), m, marker="o", label=name)
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set(xlabel="distance |j - k|", ylabel="mean learned J (head 0)", title="learned-J distance profile (hJ)")
-    ax.legend(fontsize=7)
+    # one panel per part, so that no panel holds more lines than a legend can tell apart
+    parts = sorted({name.split("/")[0] for name in out})
+    ncols = min(3, len(parts))
+    nrows = -(-len(parts) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
+    styles = [(c, ls) for ls in ("-", "--", ":") for c in plt.get_cmap("tab10").colors]
+    for ax, part in zip(axes.flat, parts):
+        names = [n for n in out if n.split("/")[0] == part]
+        for (color, ls), name in zip(styles, names):
+            m = out[name][0]
+            ax.plot(np.arange(1, len(m) + 1), m, color=color, ls=ls, marker="o", ms=3, label=name.split("/", 1)[1])
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set(xlabel="distance |j - k|", ylabel="mean learned J (head 0)", title=part)
+        ax.legend(fontsize=7, ncol=2 if len(names) > 6 else 1)
+    for ax in axes.flat[len(parts):]:
+        ax.set_visible(False)
+    fig.suptitle("learned J by distance (hJ, mean over seeds)")
     fig.tight_layout()
     atomic.savefig(fig, path, dpi=110)
     plt.close(fig)

@@ -19,7 +19,8 @@ TINY = dict(seeds=2, steps=40, eval_every=20, d_model=16, types=2, n_train=300, 
 def test_grid_selection_and_errors():
     full = grid()
     assert {c.part for c in full} == {"shakespeare", "brackets", "annealing", "brackets-hard", "annealing-hard", "annealing-qpu",
-                                      "confounds", "positional", "depth", "shakespeare-long", "meanfield"}
+                                      "confounds", "positional", "depth", "shakespeare-long", "meanfield",
+                                      "convergence"}
     assert len({c.name for c in full}) == len(full)  # every cell has its own folder
     assert sorted({c.seq_len for c in select(full, "shakespeare")}) == [4, 8, 12, 16]
     assert sorted({(c.seq_len, c.ffn) for c in select(full, "brackets")}) == [
