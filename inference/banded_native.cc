@@ -21,8 +21,11 @@
 // J_tu (the Hessian of log Z is symmetric). Dual numbers (a, a') are rescaled by the same real factors,
 // which cancel in every ratio. The cotangent of log Z adds beta <s_t> and beta <s_t s_u>.
 //
-// Underflow: every product is of factors <= 2, so an entry flushes by less than 16 tiny; the relative
-// effect on Z of the entries of a_t (b_t) is at most 16 S tiny max(b_t) / sum(a_t b_t) (likewise for b).
+// Underflow: a stored message's max can be far below 1 (the tables are normalized over all states, not the
+// likely ones), so a message is brought into [1, 2) by its power-of-two scale before it multiplies
+// anything, and the field factor (<= 1) comes last. Every product is then of factors <= 2, so a stored
+// entry flushes by less than 16 tiny; the relative effect on Z of the entries of a_t (b_t) is at most
+// 16 S tiny max(b_t) / sum(a_t b_t) (likewise for b), a and b as stored.
 // `lost` is the log of the sum of these first-order bounds over the steps (inf when a message vanished).
 
 #include <algorithm>
@@ -157,25 +160,29 @@ inline vec project(vec* __restrict f, int w, vec* __restrict P) {
   return f[0];
 }
 
-// One forward step over bit p: o = d (K^T a), and its tangent (bg = beta g_t per lane). Returns max o.
+// One forward step over bit p: o = f (K^T (s a)), and its tangent (bg = beta g_t per lane); s (a power of
+// two) brings max a into [1, 2) first, f0, f1 are the field factors. Returns max o.
 template <typename T, bool TAN, typename vec = typename Lane<T>::vec>
 inline vec alpha_step(const vec* __restrict a, const vec* __restrict at, vec* __restrict o, vec* __restrict ot,
-                      const T* __restrict K0, const T* __restrict K1, int S, int p, vec d0, vec d1, vec bg) {
+                      const T* __restrict K0, const T* __restrict K1, int S, int p, vec s, vec d0, vec d1,
+                      vec bg) {
   const int st = 1 << p;
   vec m0 = {}, m1 = {};
   for (int base = 0; base < S; base += 2 * st)
     for (int j = 0; j < st; ++j) {
       const int x0 = base + j, x1 = x0 + st;
       const T k00 = K0[x0], k01 = K0[x1], k10 = K1[x0], k11 = K1[x1];
-      const vec A0 = a[x0] * k00 + a[x1] * k01, A1 = a[x0] * k10 + a[x1] * k11;
+      const vec a0 = s * a[x0], a1 = s * a[x1];
+      const vec A0 = a0 * k00 + a1 * k01, A1 = a0 * k10 + a1 * k11;
       const vec o0 = d0 * A0, o1 = d1 * A1;
       o[x0] = o0;
       o[x1] = o1;
       m0 = vmax(m0, o0);
       m1 = vmax(m1, o1);
       if (TAN) {
-        ot[x0] = d0 * (at[x0] * k00 + at[x1] * k01 + bg * A0);
-        ot[x1] = d1 * (at[x0] * k10 + at[x1] * k11 - bg * A1);
+        const vec at0 = s * at[x0], at1 = s * at[x1];
+        ot[x0] = d0 * (at0 * k00 + at1 * k01 + bg * A0);
+        ot[x1] = d1 * (at0 * k10 + at1 * k11 - bg * A1);
       }
     }
   return vmax(m0, m1);
@@ -190,12 +197,13 @@ struct StepSums {
 };
 
 // One backward step over bit p, fused with the sums it feeds: nb = K (d b) (the message before spin t),
-// r = K (d s b) (s: spin t), and their tangents, never stored; a (at): the forward message before spin t.
+// r = K (d s b) (s: spin t), and their tangents, never stored; a (at): the forward message before spin t,
+// taken times sa (a power of two that brings max a into [1, 2)), so z, M and their tangents carry sa.
 template <typename T, bool TAN, typename vec = typename Lane<T>::vec>
 inline StepSums<vec> beta_step(const vec* __restrict b, const vec* __restrict bt, const vec* __restrict a,
                                const vec* __restrict at, vec* __restrict nb, vec* __restrict nbt, vec* __restrict F,
                                vec* __restrict Ft, const T* __restrict K0, const T* __restrict K1, int S, int p,
-                               vec d0, vec d1, vec bg) {
+                               vec d0, vec d1, vec bg, vec sa) {
   const int st = 1 << p;
   vec z = {}, M = {}, m0 = {}, m1 = {}, zt = {}, P = {}, Pt = {};
   for (int base = 0; base < S; base += 2 * st)
@@ -205,7 +213,7 @@ inline StepSums<vec> beta_step(const vec* __restrict b, const vec* __restrict bt
       const vec v0 = d0 * b[x0], v1 = d1 * b[x1];
       const vec u00 = k00 * v0, u01 = k01 * v1, u10 = k10 * v0, u11 = k11 * v1;
       const vec n0 = u00 + u01, n1 = u10 + u11, r0 = u00 - u01, r1 = u10 - u11;
-      const vec a0 = a[x0], a1 = a[x1];
+      const vec a0 = sa * a[x0], a1 = sa * a[x1];
       nb[x0] = n0;
       nb[x1] = n1;
       m0 = vmax(m0, n0);
@@ -217,7 +225,7 @@ inline StepSums<vec> beta_step(const vec* __restrict b, const vec* __restrict bt
         const vec w0 = d0 * (bt[x0] + bg * b[x0]), w1 = d1 * (bt[x1] - bg * b[x1]);
         const vec t00 = k00 * w0, t01 = k01 * w1, t10 = k10 * w0, t11 = k11 * w1;
         const vec nt0 = t00 + t01, nt1 = t10 + t11, rt0 = t00 - t01, rt1 = t10 - t11;
-        const vec at0 = at[x0], at1 = at[x1];
+        const vec at0 = sa * at[x0], at1 = sa * at[x1];
         nbt[x0] = nt0;
         nbt[x1] = nt1;
         zt += at0 * n0 + a0 * nt0 + at1 * n1 + a1 * nt1;
@@ -279,13 +287,13 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
   if (GRAD) std::fill(At, At + S, zero);
   W.cm[0] = zero + 1;
   for (int t = 0; t < L; ++t) {
-    fields(W, t, s, &d0, &d1);
+    fields(W, t, zero + 1, &d0, &d1);
     const T* K0 = K + (int64_t)t * 2 * S;
     vec* prev = A + (int64_t)t * S;
     const vec m = GRAD ? alpha_step<T, true>(prev, At + (int64_t)t * S, prev + S, At + (int64_t)(t + 1) * S, K0,
-                                             K0 + S, S, t % w, d0, d1, W.bg[t])
+                                             K0 + S, S, t % w, s, d0, d1, W.bg[t])
                        : alpha_step<T, false>(prev, (const vec*)nullptr, prev + S, (vec*)nullptr, K0, K0 + S, S,
-                                              t % w, d0, d1, zero);
+                                              t % w, s, d0, d1, zero);
     W.cm[t + 1] = m;
     for (int l = 0; l < V; ++l) {
       int e;
@@ -309,34 +317,41 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
   vec* bt = W.bt.data();
   std::fill(b, b + S, zero);
   if (GRAD) std::fill(bt, bt + S, zero);
-  vec sb = zero + 1, zb = zero + 1, mbb = zero + 1;  // scale of b; sum a_t b_t and max b_t (for the bound)
-  double bound[V] = {};
+  vec sb = zero + 1, mbb = zero + 1;  // scale of b; max b_t (for the bound)
+  double zb[V], bound[V] = {};        // sum a_t b_t, a_t as stored (for the bound)
+  for (int l = 0; l < V; ++l) zb[l] = 1;
   for (int t = L - 1; t >= 0; --t) {
     const int p = t % w;
     for (int l = 0; l < V; ++l)
       if (t == len[l] - 1) {  // the row's last spin: its backward message starts here
         double sum = 0;
         for (int x = 0; x < S; ++x) b[x][l] = 1, sum += A[(int64_t)(t + 1) * S + x][l];
-        sb[l] = 1, zb[l] = T(sum), mbb[l] = 1;
+        sb[l] = 1, zb[l] = sum, mbb[l] = 1;
       }
     if (!GRAD)  // flushed in a_t, weighted by b_t
       for (int l = 0; l < V; ++l)
-        if (t < len[l]) bound[l] += double(mbb[l]) / double(zb[l]);
+        if (t < len[l]) bound[l] += double(mbb[l]) / zb[l];
     fields(W, t, sb, &d0, &d1);
     const T* K0 = K + (int64_t)t * 2 * S;
     const vec* a = A + (int64_t)t * S;  // the forward message before spin t
+    vec sa = zero + 1;
+    for (int l = 0; l < V; ++l) {
+      int e;
+      bool good = true;
+      sa[l] = pow2_scale(W.cm[t][l], &e, &good);
+    }
     const auto sums = GRAD ? beta_step<T, true>(b, bt, a, At + (int64_t)t * S, W.nb.data(), W.nbt.data(), W.f.data(),
-                                                W.ft.data(), K0, K0 + S, S, p, d0, d1, W.bg[t])
+                                                W.ft.data(), K0, K0 + S, S, p, d0, d1, W.bg[t], sa)
                            : beta_step<T, false>(b, (const vec*)nullptr, a, (const vec*)nullptr, W.nb.data(),
                                                  (vec*)nullptr, (vec*)nullptr, (vec*)nullptr, K0, K0 + S, S, p, d0, d1,
-                                                 zero);
+                                                 zero, sa);
     const vec z = sums.z;
     if (!GRAD) {
       for (int l = 0; l < V; ++l)
         if (t < len[l]) {
           ok[l] = ok[l] && z[l] > 0 && std::isfinite(double(z[l]));
           mean[l * n + t] = sums.M[l] / z[l];
-          bound[l] += double(W.cm[t][l]) / double(z[l]);  // flushed in b_{t-1}, weighted by a_{t-1}
+          bound[l] += double(W.cm[t][l]) * double(sa[l]) / double(z[l]);  // flushed in b_{t-1}, weighted by a_{t-1}
         }
     } else {
       project(W.f.data(), w - 1, W.P.data());  // the bits other than p, renumbered q -> q - (q > p)
@@ -356,7 +371,7 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
         }
       }
     }
-    zb = z;
+    for (int l = 0; l < V; ++l) zb[l] = double(z[l]) / double(sa[l]);
     mbb = sums.mb;
     for (int l = 0; l < V; ++l) {
       int e;

@@ -11,6 +11,10 @@ Where it runs: the default backend is the CPU, the source compiles (a C++17 comp
 path runs (on an accelerator always), with one warning if compiling failed. The library is built
 once per source, compiler, CPU and jax version into ``$ISINGATTN_CACHE`` (default
 ``~/.cache/isingattn``), written atomically.
+
+Differentiation: reverse mode once (``jax.grad``, ``jax.vjp``). The kernel's VJP is itself an FFI call
+without a derivative, so a gradient of a gradient raises on a CPU; ``ISINGATTN_NATIVE=0`` runs the XLA
+graph, which supports it. Forward mode (``jax.jvp``, ``jax.hessian``) is unsupported on both paths.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def _build(so: Path, cxx: str) -> None:
     try:
         cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
         subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+        os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache must stay loadable by every user
         os.replace(tmp, so)  # atomic: a concurrent build replaces it with the same bytes
     finally:
         if os.path.exists(tmp):

@@ -122,6 +122,30 @@ def test_underflow_bound_flags_every_inaccurate_float32_row():
 
 
 @native_only
+def test_underflow_bound_holds_where_a_message_max_is_far_below_one():
+    """Strong couplings (|J| ~ 25) against moderate fields (|h| ~ 5) in float32: a stored message's max can
+    be far below 1, and a kernel that multiplied it before rescaling flushed products the bound did not
+    count (found by a scan over random models: this one was off by 2.9e-2 with the bound passing). Every
+    row whose bound passes must be accurate against float64 enumeration, and so must the engine's answer."""
+    rng = np.random.default_rng(57)
+    n, w = int(rng.integers(10, 17)), int(rng.integers(1, 5))
+    assert (n, w) == (10, 3)
+    h = (rng.normal(size=(16, n)) * 5.0).astype(np.float32)
+    A = rng.normal(size=(n, n)) * 25.0
+    d = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    J = np.where((d >= 1) & (d <= w), (A + A.T) / 2, 0.0).astype(np.float32)
+    beta = np.float32(0.9)
+    mr, _ = brute(jnp.asarray(h, jnp.float64), jnp.asarray(J, jnp.float64), float(beta), False)
+    m, _, lost = banded_native.native(jnp.asarray(h), jnp.asarray(J), jnp.asarray(beta), w, False,
+                                      _blocked_layout(h.shape, J.shape, w, False, None, False))
+    passed = np.asarray(lost) <= math.log(LOST_MASS_TOL)
+    err = np.abs(np.asarray(m, np.float64) - np.asarray(mr)).max(-1)
+    assert passed.any() and np.all(err[passed] < 1e-3)
+    eng = Banded(bandwidth=w).marginals(IsingModel(jnp.asarray(h), jnp.asarray(J), beta=jnp.asarray(beta)))
+    np.testing.assert_allclose(eng.mean, mr, rtol=0, atol=1e-3)
+
+
+@native_only
 def test_engine_uses_it_under_jit_and_vmap(monkeypatch):
     """Banded on a CPU runs the native kernel (counted), under jit and vmap alike, and the values equal
     enumeration."""
