@@ -191,6 +191,11 @@ inline vec alpha_step(const vec* __restrict a, const vec* __restrict at, vec* __
 // Sums of one backward step, per lane: z = sum_x a nb, M = sum_x a r (= z <s_t>), mb = max nb; for the
 // gradient also zt (the tangent of z), the correlations of s_t with the bit p (P, Pt), and the products
 // a r, (a r)' summed over bit p, F and Ft [S / 2] (their other bits are folded by project()).
+template <typename To, typename From>
+inline To cvt(From x) {
+  return __builtin_convertvector(x, To);
+}
+
 template <typename vec>
 struct StepSums {
   vec z, M, mb, zt, P, Pt;
@@ -199,13 +204,14 @@ struct StepSums {
 // One backward step over bit p, fused with the sums it feeds: nb = K (d b) (the message before spin t),
 // r = K (d s b) (s: spin t), and their tangents, never stored; a (at): the forward message before spin t,
 // taken times sa (a power of two that brings max a into [1, 2)), so z, M and their tangents carry sa.
-template <typename T, bool TAN, typename vec = typename Lane<T>::vec>
+template <typename T, bool TAN, typename Acc, typename vec = typename Lane<T>::vec>
 inline StepSums<vec> beta_step(const vec* __restrict b, const vec* __restrict bt, const vec* __restrict a,
                                const vec* __restrict at, vec* __restrict nb, vec* __restrict nbt, vec* __restrict F,
                                vec* __restrict Ft, const T* __restrict K0, const T* __restrict K1, int S, int p,
                                vec d0, vec d1, vec bg, vec sa) {
   const int st = 1 << p;
-  vec z = {}, M = {}, m0 = {}, m1 = {}, zt = {}, P = {}, Pt = {};
+  Acc z = {}, M = {}, zt = {}, P = {}, Pt = {};  // sums over the 2^(w-1) pairs (Acc: see block)
+  vec m0 = {}, m1 = {};
   for (int base = 0; base < S; base += 2 * st)
     for (int j = 0; j < st; ++j) {
       const int x0 = base + j, x1 = x0 + st, c = (base >> 1) + j;
@@ -218,9 +224,9 @@ inline StepSums<vec> beta_step(const vec* __restrict b, const vec* __restrict bt
       nb[x1] = n1;
       m0 = vmax(m0, n0);
       m1 = vmax(m1, n1);
-      z += a0 * n0 + a1 * n1;
+      z += cvt<Acc>(a0 * n0 + a1 * n1);
       const vec f0 = a0 * r0, f1 = a1 * r1;
-      M += f0 + f1;
+      M += cvt<Acc>(f0 + f1);
       if (TAN) {
         const vec w0 = d0 * (bt[x0] + bg * b[x0]), w1 = d1 * (bt[x1] - bg * b[x1]);
         const vec t00 = k00 * w0, t01 = k01 * w1, t10 = k10 * w0, t11 = k11 * w1;
@@ -228,15 +234,15 @@ inline StepSums<vec> beta_step(const vec* __restrict b, const vec* __restrict bt
         const vec at0 = sa * at[x0], at1 = sa * at[x1];
         nbt[x0] = nt0;
         nbt[x1] = nt1;
-        zt += at0 * n0 + a0 * nt0 + at1 * n1 + a1 * nt1;
+        zt += cvt<Acc>(at0 * n0 + a0 * nt0 + at1 * n1 + a1 * nt1);
         const vec g0 = at0 * r0 + a0 * rt0, g1 = at1 * r1 + a1 * rt1;
-        P += f0 - f1;
-        Pt += g0 - g1;
+        P += cvt<Acc>(f0 - f1);
+        Pt += cvt<Acc>(g0 - g1);
         F[c] = f0 + f1;
         Ft[c] = g0 + g1;
       }
     }
-  return {z, M, vmax(m0, m1), zt, P, Pt};
+  return {cvt<vec>(z), cvt<vec>(M), vmax(m0, m1), cvt<vec>(zt), cvt<vec>(P), cvt<vec>(Pt)};
 }
 
 // The buffers of one block (V rows, lane-major), reused block after block.
@@ -340,11 +346,17 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
       bool good = true;
       sa[l] = pow2_scale(W.cm[t][l], &e, &good);
     }
-    const auto sums = GRAD ? beta_step<T, true>(b, bt, a, At + (int64_t)t * S, W.nb.data(), W.nbt.data(), W.f.data(),
-                                                W.ft.data(), K0, K0 + S, S, p, d0, d1, W.bg[t], sa)
-                           : beta_step<T, false>(b, (const vec*)nullptr, a, (const vec*)nullptr, W.nb.data(),
-                                                 (vec*)nullptr, (vec*)nullptr, (vec*)nullptr, K0, K0 + S, S, p, d0, d1,
-                                                 zero, sa);
+    // float32 sums over 2^(w-1) pairs lose accuracy as w grows (3e-5 in the means at w = 12): from w = 9 on
+    // they accumulate in double, which costs about a third of the kernel's time at w = 8
+    auto step = [&](auto acc) {
+      using Acc = decltype(acc);
+      return GRAD ? beta_step<T, true, Acc>(b, bt, a, At + (int64_t)t * S, W.nb.data(), W.nbt.data(), W.f.data(),
+                                            W.ft.data(), K0, K0 + S, S, p, d0, d1, W.bg[t], sa)
+                  : beta_step<T, false, Acc>(b, (const vec*)nullptr, a, (const vec*)nullptr, W.nb.data(),
+                                             (vec*)nullptr, (vec*)nullptr, (vec*)nullptr, K0, K0 + S, S, p, d0, d1,
+                                             zero, sa);
+    };
+    const auto sums = w >= 9 ? step(vd{}) : step(vec{});
     const vec z = sums.z;
     if (!GRAD) {
       for (int l = 0; l < V; ++l)
