@@ -188,14 +188,14 @@ inline vec alpha_step(const vec* __restrict a, const vec* __restrict at, vec* __
   return vmax(m0, m1);
 }
 
-// Sums of one backward step, per lane: z = sum_x a nb, M = sum_x a r (= z <s_t>), mb = max nb; for the
-// gradient also zt (the tangent of z), the correlations of s_t with the bit p (P, Pt), and the products
-// a r, (a r)' summed over bit p, F and Ft [S / 2] (their other bits are folded by project()).
 template <typename To, typename From>
 inline To cvt(From x) {
   return __builtin_convertvector(x, To);
 }
 
+// Sums of one backward step, per lane: z = sum_x a nb, M = sum_x a r (= z <s_t>), mb = max nb; for the
+// gradient also zt (the tangent of z), the correlations of s_t with the bit p (P, Pt), and the products
+// a r, (a r)' summed over bit p, F and Ft [S / 2] (their other bits are folded by project()).
 template <typename vec>
 struct StepSums {
   vec z, M, mb, zt, P, Pt;
@@ -252,12 +252,12 @@ struct Work {
   int n, w, S;
   std::vector<vec> A, At;                         // the forward message (and tangent) before every step: [n + 1][S]
   std::vector<vec> b, bt, nb, nbt, f, ft;        // [S]; f, ft: the folded products a r, (a r)' [S / 2]
-  std::vector<vec> cm;                            // max of the stored forward message: [n + 1]
+  std::vector<vec> cm, cs;                        // max of the stored forward message, its scale: [n + 1]
   std::vector<vec> bh, u, bg;                     // beta h, exp(-2 |beta h|), beta g: [n]
   std::vector<vec> P, Pt;                         // [w]
   Work(int n_, int w_, bool tan)
       : n(n_), w(w_), S(1 << w_), A((int64_t)(n_ + 1) * S), At(tan ? (int64_t)(n_ + 1) * S : 0), b(S), bt(S), nb(S),
-        nbt(S), f(S), ft(S), cm(n_ + 1), bh(n_), u(n_), bg(n_), P(w_), Pt(w_) {}
+        nbt(S), f(S), ft(S), cm(n_ + 1), cs(n_ + 1), bh(n_), u(n_), bg(n_), P(w_), Pt(w_) {}
 };
 
 // The field factors of spin t per lane, times the scale s: d(+1), d(-1) = (s, s u) or (s u, s).
@@ -291,7 +291,7 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
   vec* At = GRAD ? W.At.data() : nullptr;
   std::fill(A, A + S, zero + 1);
   if (GRAD) std::fill(At, At + S, zero);
-  W.cm[0] = zero + 1;
+  W.cm[0] = W.cs[0] = zero + 1;
   for (int t = 0; t < L; ++t) {
     fields(W, t, zero + 1, &d0, &d1);
     const T* K0 = K + (int64_t)t * 2 * S;
@@ -305,6 +305,7 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
       int e;
       bool good = true;
       s[l] = pow2_scale(m[l], &e, &good);
+      W.cs[t + 1][l] = s[l];
       if (t < len[l]) ok[l] = ok[l] && good;
       if (t + 1 < len[l]) lam[l] += e;  // the last message enters log Z unscaled
     }
@@ -340,12 +341,7 @@ void block(Work<T>& W, const int* len, const bool* live, const T* K, T beta, T* 
     fields(W, t, sb, &d0, &d1);
     const T* K0 = K + (int64_t)t * 2 * S;
     const vec* a = A + (int64_t)t * S;  // the forward message before spin t
-    vec sa = zero + 1;
-    for (int l = 0; l < V; ++l) {
-      int e;
-      bool good = true;
-      sa[l] = pow2_scale(W.cm[t][l], &e, &good);
-    }
+    const vec sa = W.cs[t];  // brings max a into [1, 2)
     // float32 sums over 2^(w-1) pairs lose accuracy as w grows (3e-5 in the means at w = 12): from w = 9 on
     // they accumulate in double, which costs about a third of the kernel's time at w = 8
     auto step = [&](auto acc) {

@@ -146,9 +146,7 @@ def test_underflow_bound_holds_where_a_message_max_is_far_below_one():
     n, w = int(rng.integers(10, 17)), int(rng.integers(1, 5))
     assert (n, w) == (10, 3)
     h = (rng.normal(size=(16, n)) * 5.0).astype(np.float32)
-    A = rng.normal(size=(n, n)) * 25.0
-    d = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    J = np.where((d >= 1) & (d <= w), (A + A.T) / 2, 0.0).astype(np.float32)
+    J = band_J(rng, 1, n, w, 25.0)[0, 0, 0].astype(np.float32)
     beta = np.float32(0.9)
     mr, _ = brute(jnp.asarray(h, jnp.float64), jnp.asarray(J, jnp.float64), float(beta), False)
     m, _, lost = banded_native.native(jnp.asarray(h), jnp.asarray(J), jnp.asarray(beta), w, False,
