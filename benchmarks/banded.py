@@ -6,7 +6,7 @@ Problem: Q queries share one banded coupling matrix of bandwidth w over T spins;
 
 Methods:
 
-1. ours   ``jax.jit(lambda h, J: inference.Banded(bandwidth=w).marginals(IsingModel(h, J)).mean)``
+1. ours   ``jax.jit(lambda h, J: Banded(bandwidth=w).marginals(IsingModel(h, J)).mean)``
           on all Q queries in one call, float32 and float64; best and median of
           ``--repeats`` runs after compile.
 2. dwave-samplers ``TreeDecompositionSampler().sample(bqm, beta=1, marginals=True,
@@ -33,7 +33,8 @@ import time
 import jax
 import numpy as np
 
-from isingattn import IsingModel, inference
+from isingattn import IsingModel
+from isingattn.inference.banded import Banded
 
 TARGET_ERR = 1e-5
 TARGET_RATIO = 100.0
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
     rows = []
     res = {}
     for dt in (np.float64, np.float32):
-        f = jax.jit(lambda h, J: inference.Banded(bandwidth=w).marginals(IsingModel(h, J)).mean)
+        f = jax.jit(lambda h, J: Banded(bandwidth=w).marginals(IsingModel(h, J)).mean)
         res[dt] = time_jitted(f, (h.astype(dt), J.astype(dt)), args.repeats)
     k = args.anchor_queries
     m_ref, per_q_ref = treedecomp(h, J, beta, k)

@@ -53,8 +53,9 @@ if not hasattr(jax.lib, "xla_bridge"):  # shim for pgmax 0.6 on JAX >= 0.5 (this
     jax.lib.xla_bridge = types.SimpleNamespace(get_backend=lambda *a: jax.extend.backend.get_backend(*a))
 
 from isingattn import IsingModel  # noqa: E402
-from isingattn.inference.meanfield import MeanField  # noqa: E402
-from isingattn.testing import brute_force, random_model  # noqa: E402
+from isingattn.inference.meanfield.engine import MeanField  # noqa: E402
+from isingattn.testing import brute_force  # noqa: E402
+from isingattn.instances import random_model
 
 TOL = 1e-6
 ACC_SLACK = 1e-4

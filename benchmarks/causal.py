@@ -30,13 +30,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn import IsingModel, inference
+from isingattn import IsingModel
+from isingattn.inference.dqa import DQA
+from isingattn.inference.exact import Exact
+from isingattn.inference.mcmc import Gibbs, SQA
 
 ENGINES = {  # name -> (T, engine); sampler settings are those of the training grid
-    "exact": (20, lambda: inference.Exact()),
-    "dqa": (12, lambda: inference.DQA(calibrate=False, kl_max_n=0, num_shots=64, rao_blackwell=True)),
-    "sqa": (12, lambda: inference.SQA(num_reads=16, num_sweeps=16, thermal_sweeps=16, rao_blackwell=True)),
-    "gibbs": (12, lambda: inference.Gibbs(num_samples=64, num_warmup=32, diagnostics=False)),
+    "exact": (20, lambda: Exact()),
+    "dqa": (12, lambda: DQA(calibrate=False, kl_max_n=0, num_shots=64, rao_blackwell=True)),
+    "sqa": (12, lambda: SQA(num_reads=16, num_sweeps=16, thermal_sweeps=16, rao_blackwell=True)),
+    "gibbs": (12, lambda: Gibbs(num_samples=64, num_warmup=32, diagnostics=False)),
 }
 
 

@@ -2,7 +2,7 @@
 attention at T=8 through DimodEngine and a sampler whose β is hidden (issue 14), beside
 hJ+Exact, to size the ``annealing-qpu`` cells.
 
-The sampler is ``isingattn.testing.HiddenBetaSampler`` (fixed-β simulated annealing at
+The sampler is ``isingattn.inference.dimod.standins.HiddenBetaSampler`` (fixed-β simulated annealing at
 β0 = 2.5 that ignores the β it is given), by name, as a model config saves it. Each
 configuration runs in its own subprocess; times are after the first (compiling) step,
 median and best of ``--steps`` steps, float32, d_model 64, 1 head, FFN on, bracket-sized
@@ -41,8 +41,8 @@ def child(name: str, batch: int, steps: int) -> dict:
 
     import jax
 
-    from isingattn.inference import Exact
-    from isingattn.inference.dimod_engine import DimodEngine
+    from isingattn.inference.exact import Exact
+    from isingattn.inference.dimod.engine import DimodEngine
     from isingattn.models import Config, Transformer
     from _step_timing import time_train_steps
 

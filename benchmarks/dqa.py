@@ -29,10 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn import IsingModel
-from isingattn.inference.dqa import (DQA, _energy_tables, _measure, evolve, kappa, pseudo_likelihood_beta,
-                                     schedule_coefficients)
+from isingattn.inference.dqa.engine import _energy_tables, DQA
+from isingattn.inference.dqa.circuit import _measure, evolve, kappa, schedule_coefficients
+from isingattn.inference.dqa.pseudolikelihood import pseudo_likelihood_beta
 from isingattn.energy import spin_table
-from isingattn.testing import brute_force, random_model
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 
 def section_raw(n=10, taus=(0.25, 0.5, 1.0, 2.0, 4.0, 12.0), K=32, scale=1.0):

@@ -7,7 +7,7 @@ Problem: Q queries share one dense coupling matrix; ``h_q ~ N(0, 1)``,
 
 Methods:
 
-1. ours   ``jax.jit(lambda h, J: inference.Exact().marginals(IsingModel(h, J)).mean)``
+1. ours   ``jax.jit(lambda h, J: Exact().marginals(IsingModel(h, J)).mean)``
           on all Q queries at once; best and median over ``--repeats`` runs after compile.
 2. naive  ``m = softmax(S h_q + c_J)ᵀ S`` over the full ``[2^n, n]`` table S, jit-compiled
           float32. It forms ``[Q, 2^n]`` logits, so queries go through ``lax.map`` in
@@ -45,7 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn import IsingModel, inference
+from isingattn import IsingModel
+from isingattn.inference.exact import Exact
 
 TARGETS_N = 20
 TARGET_NAIVE = 100.0  # ours ≥ 100x faster than naive enumeration (total time, Q queries)
@@ -122,7 +123,7 @@ def engine_gemms_job(n: int, Q: int):
 # ---- methods -------------------------------------------------------------------------------
 
 
-ours = jax.jit(lambda h, J: inference.Exact().marginals(IsingModel(h, J)).mean)
+ours = jax.jit(lambda h, J: Exact().marginals(IsingModel(h, J)).mean)
 
 
 def _table(n: int):
@@ -294,7 +295,7 @@ def main(argv=None) -> int:
         m_naive, c_naive, best_naive, med_naive = res["naive"]
         gemm_rates.append(2.0 * args.gemm_size**3 / res["square"][2])
         m_ours = np.asarray(m_ours, dtype=np.float64)
-        fallback = int(np.sum(np.asarray(inference.Exact().marginals(IsingModel(h, J)).info["stable_path"])))
+        fallback = int(np.sum(np.asarray(Exact().marginals(IsingModel(h, J)).info["stable_path"])))
         useful = 4.0 * Q * 2**n
         summary[n] = dict(ours=best_ours, rate=useful / best_ours, gemm_alone=res["gemms"][2])
         rows.append((n, "ours: inference.Exact (jit)", f"{Q}", best_ours, med_ours, c_ours, None, 0.0, ""))

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn import IsingModel
-from isingattn.inference.gibbs import Gibbs, run_chains
+from isingattn.inference.mcmc.gibbs import Gibbs, run_chains
 
 TARGET_RATE = 5e7  # spin updates / s, dense n = 64, 256 chains
 TARGET_DWAVE = 1.5  # ours / dwave SA at fixed beta (sweeps only, issue 5; the engine with default diagnostics, issue 11)

@@ -35,7 +35,8 @@ def audit_run(path: str, test, strings: int, reads: int, seed: int) -> dict:
     import jax.numpy as jnp
 
     from isingattn import IsingModel
-    from isingattn.inference import DimodEngine, Exact
+    from isingattn.inference.dimod import DimodEngine
+    from isingattn.inference.exact import Exact
     from isingattn.models.saved import load_transformer
     from isingattn.models.train import evaluate
 

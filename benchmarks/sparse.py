@@ -79,7 +79,7 @@ def worker(task: dict) -> dict:
         jax.block_until_ready(model.J.weights)
         out["rss_model_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # imports + model built
         if method == "ours":  # the engine as users call it: marginals and the default diagnostics
-            from isingattn.inference import Gibbs
+            from isingattn.inference.mcmc import Gibbs
 
             eng = Gibbs(num_warmup=0, num_samples=sweeps, num_chains=CHAINS)
             f = jax.jit(lambda k: (lambda m: (m.mean, m.info["r_hat"], m.info["ess"]))(
@@ -88,14 +88,14 @@ def worker(task: dict) -> dict:
             out["model_mib"] = (model.h.nbytes + sum(x.nbytes for x in jax.tree_util.tree_leaves(model.J))
                                 + model.J.graph.nbytes) / 2**20
         elif method == "ours-nodiag":  # the engine without its diagnostics: marginals only
-            from isingattn.inference import Gibbs
+            from isingattn.inference.mcmc import Gibbs
 
             eng = Gibbs(num_warmup=0, num_samples=sweeps, num_chains=CHAINS, diagnostics=False)
             f = jax.jit(lambda k: eng.marginals(model, key=jax.random.key(k)).mean)
             best, comp = _timed(f, repeats)
         elif method == "ours-sweeps":  # the sweeps alone (run_chains), no statistics
-            from isingattn.inference.coloring import color_classes
-            from isingattn.inference.gibbs import run_chains
+            from isingattn.inference.mcmc.coloring import color_classes
+            from isingattn.inference.mcmc.gibbs import run_chains
 
             classes = color_classes(model.J)
             f = jax.jit(lambda k: run_chains(jax.random.key(k), model.h, model.J, BETA, None, (n,), num_warmup=0,
@@ -124,8 +124,8 @@ def worker(task: dict) -> dict:
         model = IsingModel(np.zeros(g.n, np.float32), J, beta=5.0)
         P, R = task["trotter"], task["reads"]
         if method == "ours":
-            from isingattn.inference.coloring import color_classes
-            from isingattn.inference.sqa import sqa_sample
+            from isingattn.inference.mcmc.coloring import color_classes
+            from isingattn.inference.mcmc.sqa import sqa_sample
 
             classes = color_classes(J)
             f = jax.jit(lambda k: sqa_sample(jax.random.key(k), model.h, J, 5.0, num_reads=R, trotter=P,
@@ -147,7 +147,7 @@ def worker(task: dict) -> dict:
             out["best_energy"] = E
         out.update(rate=R * P * g.n * sweeps / best, E=int(g.E), n=g.n)
     elif kind == "bp":
-        from isingattn.inference import MeanField
+        from isingattn.inference.meanfield import MeanField
 
         model = _lattice_model(size)
         # at most `sweeps` iterations (the tol is floored at 64 eps): time per iteration run
@@ -166,7 +166,7 @@ def _thrml(model, sweeps, repeats):
     from thrml import Block, SamplingSchedule, SpinNode, sample_states
     from thrml.models import IsingEBM, IsingSamplingProgram, hinton_init
 
-    from isingattn.inference.coloring import color_classes
+    from isingattn.inference.mcmc.coloring import color_classes
 
     g = model.J.graph
     nodes = [SpinNode() for _ in range(g.n)]

@@ -38,7 +38,7 @@ import numpy as np
 def make_instances(n, count, family="gauss"):
     """SPIN BQMs; ``"pm"``: the signs of the same couplings (±1 spin glass) and no field."""
     from isingattn.model import IsingModel
-    from isingattn.testing import random_model
+    from isingattn.instances import random_model
 
     out = []
     for i in range(count):
@@ -70,7 +70,7 @@ def main(argv=None):
     from dwave.samplers import SimulatedAnnealingSampler
     from dwave.samplers.sa.sampler import default_beta_range
 
-    from isingattn.inference.dimod_sampler import SQASampler
+    from isingattn.inference.dimod.samplers import SQASampler
 
     from importlib.metadata import version
 

@@ -60,10 +60,10 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)  # float64 ground energies; samplers get float32 below
 
 from isingattn import IsingModel  # noqa: E402
-from isingattn.energy import cross_energy, energy  # noqa: E402
-from isingattn.energy import spin_table  # noqa: E402
-from isingattn.inference.sqa import SQASampler, sqa_sample  # noqa: E402
-from isingattn.testing import random_model  # noqa: E402
+from isingattn.energy import cross_energy, energy, spin_table  # noqa: E402
+from isingattn.inference.dimod import SQASampler  # noqa: E402
+from isingattn.inference.mcmc.sqa import sqa_sample  # noqa: E402
+from isingattn.instances import random_model  # noqa: E402
 
 
 def ground_energy(h, J):

@@ -44,7 +44,7 @@ def child(name: str, batch: int, steps: int, J_std: float = 0.0) -> dict:
     import jax
 
     from isingattn.engine import get
-    from isingattn.inference import Banded
+    from isingattn.inference.banded import Banded
     from isingattn.models import Config, Transformer
     from _step_timing import time_train_steps
 

@@ -15,7 +15,9 @@ import argparse
 import dimod
 import numpy as np
 
-from isingattn import IsingModel, atomic, inference
+from isingattn import IsingModel, atomic
+from isingattn.inference.dimod import SQASampler
+from isingattn.inference.exact import Exact
 from isingattn.instances import random_model
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,12 +47,12 @@ with open(args.out, "rb") as f:
 print(f"wrote {args.out}: {len(loaded.variables)} spins, {len(loaded.quadratic)} couplings")
 
 # Any dimod sampler takes the file; SQASampler(mode="thermal") samples exp(-beta E).
-sampler = inference.SQASampler()
+sampler = SQASampler()
 ss = sampler.sample(loaded, num_reads=args.reads, beta=float(model.beta), mode="thermal", seed=0)
 spins = ss.record.sample * 1.0
 order = [ss.variables.index(v) for v in loaded.variables]
 m_samples = spins[:, order].mean(0)
-m_exact = np.asarray(inference.Exact().marginals(model).mean)
+m_exact = np.asarray(Exact().marginals(model).mean)
 se = spins[:, order].std(0) / np.sqrt(len(spins))
 print("spin  exact    sampled  (naive s.e.)")
 for j, (a, b, s) in enumerate(zip(m_exact, m_samples, se)):

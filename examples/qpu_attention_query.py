@@ -25,9 +25,10 @@ import warnings
 import dimod
 import jax
 import numpy as np
-from isingattn.inference.dimod_engine import DimodEngine
+from isingattn.inference.dimod import DimodEngine
+from isingattn.inference.exact import Exact
 
-from isingattn import IsingModel, inference
+from isingattn import IsingModel
 from isingattn.instances import random_model
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,7 +76,7 @@ else:
 
 sampler = EmbeddingComposite(qpu)
 key = jax.random.PRNGKey(args.seed)
-exact = np.asarray(inference.Exact().marginals(model).mean) if model.n <= 20 else None
+exact = np.asarray(Exact().marginals(model).mean) if model.n <= 20 else None
 for calibrate in (False, True):
     eng = DimodEngine(sampler, num_reads=args.reads, calibrate=calibrate, estimate_beta=True)
     with warnings.catch_warnings():

@@ -8,20 +8,19 @@ lengths, solves each bucket as a non-causal model on its longest prefix, and sti
 the results back to the full layout. At ``n = 12`` that is 5.3x less work for ``2^n``
 engines and 2.2x less for ``n²`` ones, with only ~log2(n) shapes to compile.
 
-:class:`CausalBuckets` is that as a composite engine (in the manner of dimod's
-composites): ``Engine.marginals`` wraps every engine in it for a causal model, unless
-the engine declares a native causal path (``native_causal``, e.g. ``Banded``).
+:class:`isingattn.engine.CausalBuckets` is that as a composite engine (in the manner of
+dimod's composites): ``Engine.marginals`` wraps every engine in it for a causal model,
+unless the engine declares a native causal path (``native_causal``, e.g. ``Banded``).
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from isingattn.engine import Engine
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel, causal_mask
 
@@ -105,44 +104,3 @@ def by_prefix(solve: Callable[[IsingModel, Optional[jax.Array]], Marginals], mod
                      log_z=None if first.log_z is None else cat(pick("log_z"), 0),
                      samples=None if first.samples is None else cat(pick("samples"), 2, 1),
                      info=info)
-
-
-class CausalBuckets(Engine):
-    """``CausalBuckets(child)``: a causal model solved by ``child`` bucket by bucket
-    (:func:`by_prefix`; bucket ``b`` gets ``fold_in(key, b)``), each bucket a non-causal
-    model on its own spins. A model that is not causal goes to ``child`` unchanged.
-
-    Applied by ``Engine.marginals`` to every engine without a native causal path; it can
-    also be used directly: ``CausalBuckets(Gibbs()).marginals(model, key=key)``. The
-    protocol flags (key, jit, warnings) are the child's."""
-
-    child: Engine
-    native_causal: ClassVar[bool] = True
-
-    @property
-    def needs_key(self) -> bool:
-        return self.child.needs_key
-
-    @property
-    def jit(self) -> bool:
-        return self.child.jit
-
-    @property
-    def exact(self) -> bool:
-        return self.child.exact
-
-    def _prepare(self, model: IsingModel) -> Engine:
-        return CausalBuckets(self.child._prepare(model))
-
-    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
-        child = self.child
-        if not model.causal:
-            return child._marginals(model, key)
-        return by_prefix(child._marginals, model, key, spin_info=child.spin_info)
-
-    @property
-    def warn_flags(self) -> tuple:
-        return self.child.warn_flags
-
-    def _warning(self, flag: str, info: dict, bad: int, total: int) -> str:
-        return self.child._warning(flag, info, bad, total)

@@ -63,7 +63,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     ``compile_s``, plus the engine's ``mean [n]``. Returns a :class:`Comparison`: the
     list of rows, with the reference's marginals as ``.reference``.
     """
-    from isingattn.inference.exact import Exact
+    from isingattn.inference.exact.engine import Exact
 
     if model.batch_shape:
         raise IsingInputError(f"compare takes one model; got batch shape {model.batch_shape}. Use "

@@ -14,9 +14,10 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from isingattn.causal import by_prefix
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.marginals import Marginals
-from isingattn.model import IsingModel, _is_traced
+from isingattn.model import IsingModel, is_traced
 from isingattn.prng import check_key
 
 
@@ -36,7 +37,7 @@ class Engine(eqx.Module):
     protocol around it: the model type is checked (``IsingTypeError``), a key is required
     exactly when ``needs_key`` (``IsingInputError`` when missing, then
     :func:`isingattn.prng.check_key`), causal models go through
-    :class:`isingattn.causal.CausalBuckets` unless ``native_causal``, a model with sparse
+    :class:`isingattn.engine.CausalBuckets` unless ``native_causal``, a model with sparse
     couplings (:mod:`isingattn.sparse`) is given densified unless ``sparse_native``
     (:meth:`~isingattn.IsingModel.densified`: refused above 1 GiB), ``_marginals`` runs
     under ``eqx.filter_jit`` (unless ``jit`` is False: an engine that calls the host), and
@@ -69,8 +70,6 @@ class Engine(eqx.Module):
         engine = self._prepare(model)
         run = engine
         if model.causal and not engine.native_causal:
-            from isingattn.causal import CausalBuckets  # causal.py builds on this module
-
             run = CausalBuckets(engine)
         out = jit_call(run, "_marginals", model, key) if run.jit else run._marginals(model, key)
         engine._warn(out.info)
@@ -121,11 +120,52 @@ class Engine(eqx.Module):
         """One warning per flag of ``warn_flags`` that is False for some model, when concrete."""
         for flag, category in self.warn_flags:
             ok = info.get(flag)
-            if ok is None or _is_traced(ok):
+            if ok is None or is_traced(ok):
                 continue
             ok = np.asarray(ok)
             if not ok.all():
                 warnings.warn(self._warning(flag, info, int((~ok).sum()), ok.size), category, stacklevel=5)  # the caller of marginals (each method call adds equinox's wrapper frame)
+
+
+class CausalBuckets(Engine):
+    """``CausalBuckets(child)``: a causal model solved by ``child`` bucket by bucket
+    (:func:`by_prefix`; bucket ``b`` gets ``fold_in(key, b)``), each bucket a non-causal
+    model on its own spins. A model that is not causal goes to ``child`` unchanged.
+
+    Applied by ``Engine.marginals`` to every engine without a native causal path; it can
+    also be used directly: ``CausalBuckets(Gibbs()).marginals(model, key=key)``. The
+    protocol flags (key, jit, warnings) are the child's."""
+
+    child: Engine
+    native_causal: ClassVar[bool] = True
+
+    @property
+    def needs_key(self) -> bool:
+        return self.child.needs_key
+
+    @property
+    def jit(self) -> bool:
+        return self.child.jit
+
+    @property
+    def exact(self) -> bool:
+        return self.child.exact
+
+    def _prepare(self, model: IsingModel) -> Engine:
+        return CausalBuckets(self.child._prepare(model))
+
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
+        child = self.child
+        if not model.causal:
+            return child._marginals(model, key)
+        return by_prefix(child._marginals, model, key, spin_info=child.spin_info)
+
+    @property
+    def warn_flags(self) -> tuple:
+        return self.child.warn_flags
+
+    def _warning(self, flag: str, info: dict, bad: int, total: int) -> str:
+        return self.child._warning(flag, info, bad, total)
 
 
 @eqx.filter_jit
@@ -136,11 +176,26 @@ def jit_call(engine: Engine, method: str, model: IsingModel, key):
     return getattr(engine, method)(model, key)
 
 
-_REGISTRY: dict[str, type] = {}
+# The built-in engines by name, as "module:attribute": a module is imported when its engine
+# is first asked for, so `import isingattn` and `get("exact")` load no sampler library.
+_BUILTIN = {
+    "exact": "isingattn.inference.exact.engine:Exact",
+    "banded": "isingattn.inference.banded.engine:Banded",
+    "meanfield": "isingattn.inference.meanfield.engine:MeanField",
+    "meanfield-naive": "isingattn.inference.meanfield.engine:meanfield_naive",
+    "meanfield-tap": "isingattn.inference.meanfield.engine:meanfield_tap",
+    "meanfield-bp": "isingattn.inference.meanfield.engine:meanfield_bp",
+    "gibbs": "isingattn.inference.mcmc.gibbs:Gibbs",
+    "sqa": "isingattn.inference.mcmc.sqa:SQA",
+    "dqa": "isingattn.inference.dqa.engine:DQA",
+    "dimod": "isingattn.inference.dimod.engine:DimodEngine",
+}
+_REGISTRY: dict[str, object] = dict(_BUILTIN)  # name -> "module:attribute", or the factory itself
 
 
 def register(name: str) -> Callable[[type], type]:
-    """Class decorator: make an engine reachable as ``get(name, **config)``."""
+    """Class decorator: make an engine (or a factory returning one) reachable as
+    ``get(name, **config)``."""
 
     def deco(cls):
         _REGISTRY[name] = cls
@@ -149,24 +204,27 @@ def register(name: str) -> Callable[[type], type]:
     return deco
 
 
-def _load_builtins() -> None:
-    """The built-in engines register themselves when ``isingattn.inference`` is imported;
-    the registry imports it on first use, so the package itself needs no import for it."""
-    import isingattn.inference  # noqa: F401
+def _resolve(entry):
+    """The factory a registry entry names (importing its module on first use)."""
+    if not isinstance(entry, str):
+        return entry
+    import importlib
+
+    module, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def available() -> list[str]:
-    """Names of the registered engines."""
-    _load_builtins()
+    """Names of the registered engines (no engine module is imported)."""
     return sorted(_REGISTRY)
 
 
 def _lookup(name) -> Callable[..., Engine]:
-    _load_builtins()
     try:
-        return _REGISTRY[name]
+        entry = _REGISTRY[name]
     except (KeyError, TypeError):  # TypeError: an unhashable name (e.g. a list from JSON)
         raise IsingInputError(f"unknown engine {name!r}; available: {', '.join(available())}.") from None
+    return _resolve(entry)
 
 
 def _keywords(factory) -> Optional[list[str]]:
@@ -209,7 +267,9 @@ def to_spec(engine: Engine) -> dict:
 
     Raises ``ValueError`` for an unregistered engine or a configuration that is not
     plain JSON (e.g. a ``DimodEngine`` wrapping a sampler object)."""
-    names = [n for n, cls in _REGISTRY.items() if cls is type(engine)]
+    cls = type(engine)
+    here = f"{cls.__module__}:{cls.__qualname__}"
+    names = [n for n, entry in _REGISTRY.items() if entry is cls or entry == here]
     if not names:
         raise ValueError(f"{type(engine).__name__} is not a registered engine; register it to save it in a config.")
     config = {f.name: getattr(engine, f.name) for f in dataclasses.fields(engine)}

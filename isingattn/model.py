@@ -19,7 +19,7 @@ SYMMETRY_RTOL = 1e-5
 DENSE_LIMIT_BYTES = 2**30  # IsingModel.densified refuses a dense J above this size
 
 
-def _is_traced(*xs) -> bool:
+def is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
@@ -249,7 +249,7 @@ class IsingModel(eqx.Module):
             raise IsingInputError(f"spins must have shape [..., {self.n}]; got {s.shape}.")
         bad = jnp.any(jnp.abs(s) != 1)
         msg = "spins must be -1 or +1 (SPIN convention). For 0/1 variables use s = 2*x - 1."
-        if _is_traced(s):
+        if is_traced(s):
             s = eqx.error_if(s, bad, msg)
         elif bool(bad):
             raise IsingInputError(msg + f" Got values {np.unique(np.asarray(s))[:6]}.")
@@ -292,7 +292,7 @@ class IsingModel(eqx.Module):
 def _cast_detail(name, given, cast) -> str:
     """Why a finite (or positive) input became inf (or 0): a cast to a narrower float dtype
     (x64 disabled, or beta cast to the dtype of h and J). Empty if that is not the cause."""
-    if given is None or _is_traced(given):
+    if given is None or is_traced(given):
         return ""
     try:
         raw = np.asarray(given, dtype=np.float64)
@@ -324,7 +324,7 @@ def _validate_values(h, J, beta, given=None):
     given = given or {}
     sparse = isinstance(J, SparseCouplings)  # symmetric with a zero diagonal by construction
     Jw = J.weights if sparse else J
-    traced = _is_traced(h, Jw, beta)
+    traced = is_traced(h, Jw, beta)
     xp = jnp if traced else np
     hh, JJ, bb = (h, Jw, beta) if traced else (np.asarray(h), np.asarray(Jw), np.asarray(beta))
     checks = [

@@ -14,7 +14,7 @@ import numpy as np
 
 from isingattn.attention import VARIANTS, attention_fields, boltzmann_attention
 from isingattn.errors import IsingInputError
-from isingattn.inference import Exact
+from isingattn.inference.exact import Exact
 
 J_PARAMS = ("full", "toeplitz", "banded")
 

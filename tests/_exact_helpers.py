@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn import IsingModel
-from isingattn.inference import Exact
+from isingattn.inference.exact import Exact
 from isingattn.testing import brute_force_batch
 
 F64_TOL = 1e-9

@@ -1,6 +1,6 @@
 """Samplers for the calibration tests. The hidden-β sampler (dwave-samplers'
 SimulatedAnnealingSampler at a fixed β that its caller cannot change, a stand-in for a QPU's
-unknown temperature) is public: :class:`isingattn.testing.HiddenBetaSampler`."""
+unknown temperature) is public: :class:`isingattn.inference.dimod.standins.HiddenBetaSampler`."""
 
 import warnings
 
@@ -8,7 +8,7 @@ import dimod
 import jax
 import numpy as np
 
-from isingattn.testing import HiddenBetaSampler  # noqa: F401  (re-exported for the tests)
+from isingattn.inference.dimod.standins import HiddenBetaSampler  # noqa: F401  (re-exported for the tests)
 
 
 class GroundStateSampler(dimod.Sampler):

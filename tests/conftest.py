@@ -65,7 +65,7 @@ def banded_kernel(request, monkeypatch):
     """Run a test of Banded's blocked path once through each implementation: the native CPU kernel
     (skipped where it cannot be built) and the XLA graph of banded_vjp. Compiled programs are dropped
     around it, so that no jitted function keeps the other one's trace."""
-    from isingattn.inference import banded_native
+    from isingattn.inference.banded import native as banded_native
 
     if request.param == "native" and banded_native._library() is None:
         pytest.skip("no C++ compiler here: the native Banded kernel is unavailable")

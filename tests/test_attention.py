@@ -7,8 +7,9 @@ import pytest
 
 from isingattn import IsingInputError
 from isingattn.attention import boltzmann_attention
-from isingattn.inference import Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.exact import Exact
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 
 def _qkv(rng, B=2, H=2, T=6, d=4, dtype=np.float64):

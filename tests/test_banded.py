@@ -15,8 +15,10 @@ import pytest
 
 from isingattn import IsingModel, boltzmann_attention, inference
 from isingattn.errors import IsingInputError
-from isingattn.inference import Banded, Exact
-from isingattn.testing import brute_force, brute_force_batch, random_model
+from isingattn.inference.banded import Banded
+from isingattn.inference.exact import Exact
+from isingattn.testing import brute_force, brute_force_batch
+from isingattn.instances import random_model
 
 F64_TOL = 1e-9
 BETAS = (0.5, 1.0, 2.0)
@@ -325,8 +327,8 @@ def test_blocked_path_matches_sweep(n, w, causal, beta, seed, banded_kernel):
     its steps run as lax.scans) equals the per-spin sweep (path="sweep"), values and
     gradients, float64, and the result is the blocked path's own (within its underflow
     bound), not the sweep it falls back to."""
-    from isingattn.inference.banded_blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
-    from isingattn.inference.exact import LOST_MASS_TOL
+    from isingattn.inference.banded.blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
+    from isingattn.inference.exact.engine import LOST_MASS_TOL
 
     L, k = _block_len(n, w)
     if n > 30:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from isingattn.inference.banded_blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
+from isingattn.inference.banded.blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
 
 
 def _count_eqns(jaxpr) -> int:

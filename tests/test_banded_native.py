@@ -1,4 +1,4 @@
-"""The native CPU kernel of Banded (inference/banded_native.cc) against independent references: float64
+"""The native CPU kernel of Banded (inference/native.cc) against independent references: float64
 enumeration of all 2^n states (values, and autodiff through the enumeration for gradients), with causal
 prefixes, several J groups, row counts that are not a multiple of the kernel's block of 8 rows, w = 1 to 8,
 float32 and float64; its underflow bound against the float64 truth; and how it is enabled and disabled.
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel
-from isingattn.inference import Banded, banded_native
-from isingattn.inference.banded_blocked import _blocked_layout
-from isingattn.inference.exact import LOST_MASS_TOL
+from isingattn.inference.banded import Banded, native as banded_native
+from isingattn.inference.banded.blocked import _blocked_layout
+from isingattn.inference.exact.engine import LOST_MASS_TOL
 
 native_only = pytest.mark.skipif(banded_native._library() is None, reason="no C++ compiler: no native kernel")
 

@@ -14,7 +14,7 @@ import pytest
 
 from isingattn import IsingModel, graphs
 from isingattn.errors import IsingInputError
-from isingattn.inference import Banded
+from isingattn.inference.banded import Banded
 from isingattn.sparse import CouplingGraph, SparseCouplings
 from isingattn.testing import brute_force
 

@@ -1,5 +1,5 @@
 """The hand-written VJPs of Banded's blocked path, the XLA graph (inference/banded_vjp.py) and the native
-CPU kernel (inference/banded_native.cc), each test once per implementation (the ``banded_kernel``
+CPU kernel (inference/native.cc), each test once per implementation (the ``banded_kernel``
 fixture), against independent references: the per-spin sweep (``Banded(path="sweep")``, autodiff through its scans) for values and
 gradients, and float64 central differences of the blocked path itself.
 
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel
-from isingattn.inference import Banded, banded_plan, banded_vjp
-from isingattn.inference.banded_blocked import _blocked, _blocked_layout
-from isingattn.inference.exact import LOST_MASS_TOL
-from isingattn.testing import random_model
+from isingattn.inference.banded import Banded, plan as banded_plan, vjp as banded_vjp
+from isingattn.inference.banded.blocked import _blocked, _blocked_layout
+from isingattn.inference.exact.engine import LOST_MASS_TOL
+from isingattn.instances import random_model
 
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 

@@ -6,10 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from isingattn import IsingModel, inference
+from isingattn import IsingModel
 from isingattn.causal import by_prefix, causal_buckets, prefix_models
 from isingattn.marginals import Marginals
 from isingattn.testing import brute_force_batch
+from isingattn.inference.dqa import DQA
+from isingattn.inference.exact import Exact
+from isingattn.inference.mcmc import Gibbs, SQA
 
 
 
@@ -70,7 +73,7 @@ def test_exact_gradients_through_buckets_equal_the_unbucketed_masked_solve():
 
     def loss(h, J, causal):
         m = IsingModel(h, J, 0.9, mask if causal else mask & tri, causal=causal)
-        return jnp.sum(w * inference.Exact().marginals(m).mean)
+        return jnp.sum(w * Exact().marginals(m).mean)
 
     g_bucketed = jax.grad(loss, argnums=(0, 1))(h, J, True)
     g_masked = jax.grad(loss, argnums=(0, 1))(h, J, False)
@@ -90,7 +93,7 @@ def test_dqa_state_is_the_same_with_and_without_buckets():
     the Boltzmann distribution, effective temperatures) agree with the unbucketed run."""
     h, J, _ = _model(np.random.default_rng(2), n=6, B=1)
     tri = np.tril(np.ones((6, 6), bool))
-    eng = inference.DQA(calibrate=False, num_shots=8, tau=3.0)
+    eng = DQA(calibrate=False, num_shots=8, tau=3.0)
     a = eng.marginals(IsingModel(h, J, 0.5, causal=True), key=jax.random.PRNGKey(0)).info
     b = eng.marginals(IsingModel(h, J, 0.5, tri), key=jax.random.PRNGKey(0)).info
     for k in ("kl", "kl_reverse"):
@@ -103,9 +106,9 @@ def test_dqa_state_is_the_same_with_and_without_buckets():
 def test_causal_samplers_within_four_standard_errors_of_exact(name):
     h, J, _ = _model(np.random.default_rng(4), n=6, B=1)
     model = IsingModel(h * 0.7, J, 0.8, causal=True)
-    ref = np.asarray(inference.Exact().marginals(model).mean)
-    eng = (inference.Gibbs(num_warmup=100, num_samples=1000, num_chains=4) if name == "gibbs"
-           else inference.SQA(num_sweeps=50, num_reads=512, thermal_sweeps=30))
+    ref = np.asarray(Exact().marginals(model).mean)
+    eng = (Gibbs(num_warmup=100, num_samples=1000, num_chains=4) if name == "gibbs"
+           else SQA(num_sweeps=50, num_reads=512, thermal_sweeps=30))
     out = eng.marginals(model, key=jax.random.PRNGKey(1))
     again = eng.marginals(model, key=jax.random.PRNGKey(1))
     np.testing.assert_array_equal(np.asarray(out.samples), np.asarray(again.samples))

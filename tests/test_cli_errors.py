@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from isingattn import checkpoint
-from isingattn.models.cli import _HelpFormatter, build_parser, run
+from isingattn.models.cli_args import _HelpFormatter
+from isingattn.models.cli import build_parser, run
 
 OUT = "{out}"  # replaced by a fresh folder per row
 CKPT = "{ckpt}"  # the hJ checkpoint of a real 2-step training
@@ -357,7 +358,7 @@ def test_library_refusals_name_the_argument():
 
     from isingattn.engine import available, from_spec, get
     from isingattn.errors import IsingInputError
-    from isingattn.inference import Exact
+    from isingattn.inference.exact import Exact
     from isingattn.instances import random_model
     from isingattn.models.transformer import Config
 

@@ -8,8 +8,10 @@ from isingattn import IsingModel
 from isingattn.models.cli import main
 from isingattn.compare import compare, format_table
 from isingattn.errors import IsingInputError
-from isingattn.inference import DimodEngine, Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.dimod import DimodEngine
+from isingattn.inference.exact import Exact
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 
 def test_compare_scores_match_brute_force():

@@ -22,6 +22,7 @@ from numpyro.diagnostics import effective_sample_size
 from isingattn import IsingInputError, IsingModel, IsingTypeError, boltzmann_attention, inference
 from isingattn.engine import from_spec, to_spec
 from isingattn.marginals import Marginals
+from isingattn.inference.exact import Exact
 
 N, Q, BETA = 5, 3, 0.5
 NAMES = inference.available()
@@ -118,7 +119,7 @@ def _bound(eng):
 
 @pytest.fixture(scope="module")
 def exact_ref():
-    return np.asarray(inference.Exact().marginals(_model()).mean)
+    return np.asarray(Exact().marginals(_model()).mean)
 
 
 # ---- structure -------------------------------------------------------------------------------
@@ -293,7 +294,7 @@ def test_gradients_agree_with_exact(name):
         f = lambda h, J: jnp.sum(w * e.marginals(IsingModel(h, J, BETA), key=k).mean)
         return jax.grad(f, argnums=(0, 1))(model.h, model.J)
 
-    ref = _exact_once(("grad",), lambda: grads(inference.Exact(), None))
+    ref = _exact_once(("grad",), lambda: grads(Exact(), None))
     got = grads(eng, key)
     # BP's derivative in a coupling that is zero (off the chain) is its estimate of switching
     # that coupling on, not the exact one (module docstring): compare on the chain's entries.
@@ -329,7 +330,7 @@ def test_gradients_through_boltzmann_attention_agree_with_exact(name):
     def loss(J, e, kk):
         return jnp.sum(c * boltzmann_attention(q, k, v, J, engine=e, beta=BETA, key=kk)[0])
 
-    ref = _exact_once(("attention",), lambda: jax.grad(loss)(J, inference.Exact(), None))
+    ref = _exact_once(("attention",), lambda: jax.grad(loss)(J, Exact(), None))
     got = jax.grad(loss)(J, eng, key)
     on_tree = _chain_entries() if getattr(eng, "method", None) == "bp" else None
     se = None
@@ -337,7 +338,7 @@ def test_gradients_through_boltzmann_attention_agree_with_exact(name):
         from isingattn.attention import attention_fields
 
         model = IsingModel(attention_fields(q, k), J[..., None, :, :], BETA, causal=True)
-        m = inference.Exact().marginals(model).mean
+        m = Exact().marginals(model).mean
         g = jax.grad(lambda mm: loss(J, _Given(mm), None))(m)[0]  # [T, T]
         samples = eng.marginals(model, key=key).samples[0]
         se = (None, _grad_se(eng, samples, np.asarray(g), BETA, True)[1][None])

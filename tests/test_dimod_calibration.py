@@ -9,11 +9,8 @@ pytest.importorskip("dwave.system")
 pytest.importorskip("dwave.samplers")
 from _hidden_beta import GroundStateSampler, HiddenBetaSampler, dense_model, z_scores
 from _hidden_beta import run_recording_warnings as _run
-from isingattn.inference.dimod_engine import (
-    DimodCalibrationWarning,
-    DimodEngine,
-    declared_ranges,
-)
+from isingattn.inference.dimod.specs import declared_ranges, DimodCalibrationWarning
+from isingattn.inference.dimod.engine import DimodEngine
 
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.model import IsingModel

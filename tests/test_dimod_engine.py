@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel
-from isingattn.inference.dimod_engine import DimodEngine
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.dimod.engine import DimodEngine
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 dwave = pytest.importorskip("dwave.samplers")
 

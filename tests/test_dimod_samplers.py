@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from isingattn.errors import IsingInputError
-from isingattn.inference.dimod_sampler import IsingSampler
-from isingattn.inference.dqa import DQASampler
-from isingattn.inference.sqa import SQASampler
+from isingattn.inference.dimod.samplers import IsingSampler
+from isingattn.inference.dimod import DQASampler
+from isingattn.inference.dimod import SQASampler
 
 # small settings: these tests check the contract, not the samples' distribution
 FAST = {SQASampler: dict(num_sweeps=20, trotter=4, thermal_sweeps=8), DQASampler: dict(num_steps=4, tau=1.0)}

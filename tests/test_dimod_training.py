@@ -14,12 +14,14 @@ import pytest
 pytest.importorskip("dwave.system")
 pytest.importorskip("dwave.samplers")
 from _hidden_beta import dense_model, z_scores
-from isingattn.inference.dimod_engine import SAMPLER_NAMES, DimodEngine, NamedSampler
+from isingattn.inference.dimod.specs import NamedSampler, SAMPLER_NAMES
+from isingattn.inference.dimod.engine import DimodEngine
 
 from isingattn.engine import from_spec, get, to_spec
 from isingattn.errors import IsingInputError
 from isingattn.model import IsingModel
-from isingattn.testing import HiddenBetaSampler, brute_force
+from isingattn.inference.dimod.standins import HiddenBetaSampler
+from isingattn.testing import brute_force
 
 HIDDEN, TARGET = 2.5, 1.0
 

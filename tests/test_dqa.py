@@ -30,12 +30,16 @@ import pytest
 import scipy.integrate
 from numpyro.diagnostics import effective_sample_size
 
-from isingattn import IsingModel, TooManySpinsError, boltzmann_attention
+from isingattn import IsingModel, TooManySpinsError
 from isingattn.errors import IsingInputError
-from isingattn.inference.dqa import (DQA, DQASampler, evolve, fast_anneal_theory, flip_energy_sum, kappa,
-                                     pseudo_likelihood_beta, schedule_coefficients, spins_from_index)
-from isingattn.inference.exact import spin_table
-from isingattn.testing import all_spins, brute_force, random_model
+from isingattn.inference.dqa.engine import DQA
+from isingattn.inference.dimod import DQASampler
+from isingattn.inference.dqa.circuit import evolve, fast_anneal_theory, flip_energy_sum, kappa, schedule_coefficients
+from isingattn.inference.dqa.pseudolikelihood import pseudo_likelihood_beta
+from isingattn.energy import spins_from_index
+from isingattn.energy import spin_table
+from isingattn.testing import all_spins, brute_force
+from isingattn.instances import random_model
 
 
 def _energy_table(h, J):

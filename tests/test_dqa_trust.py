@@ -26,9 +26,11 @@ import scipy.optimize
 
 from isingattn import IsingModel
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference.dqa import (DQA, DQACalibrationWarning, DQARangeWarning, DQASampler, evolve,
-                                     representable_range, schedule_coefficients)
-from isingattn.inference.exact import spin_table
+from isingattn.inference.dqa.engine import DQA, DQACalibrationWarning, DQARangeWarning
+from isingattn.inference.dimod import DQASampler
+from isingattn.inference.dqa.circuit import evolve, schedule_coefficients
+from isingattn.inference.dqa.calibration import representable_range
+from isingattn.energy import spin_table
 
 FIELDS = np.array([1.0, -0.5, 0.7, -1.2])
 

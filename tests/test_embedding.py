@@ -14,11 +14,8 @@ from _hidden_beta import run_recording_warnings as _run
 from dwave.embedding.chain_strength import uniform_torque_compensation
 from dwave.system import EmbeddingComposite
 from dwave.system.testing import MockDWaveSampler
-from isingattn.inference.dimod_engine import (
-    ChainBreakWarning,
-    DimodEngine,
-    declared_ranges,
-)
+from isingattn.inference.dimod.specs import ChainBreakWarning, declared_ranges
+from isingattn.inference.dimod.engine import DimodEngine
 
 from isingattn.errors import IsingInputError
 from isingattn.model import IsingModel

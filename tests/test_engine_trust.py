@@ -26,9 +26,13 @@ from numpyro.diagnostics import split_gelman_rubin as np_rhat
 from isingattn import IsingModel
 from isingattn.engine import from_spec, to_spec
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference import SQA, Banded, DimodEngine, Exact, Gibbs, MeanField
-from isingattn.inference.gibbs import effective_sample_size, split_gelman_rubin
-from isingattn.inference.meanfield import EPS_FLOOR, MeanFieldConvergenceWarning
+from isingattn.inference.mcmc import Gibbs, SQA
+from isingattn.inference.banded import Banded
+from isingattn.inference.dimod import DimodEngine
+from isingattn.inference.exact import Exact
+from isingattn.inference.meanfield import MeanField
+from isingattn.diagnostics import effective_sample_size, split_gelman_rubin
+from isingattn.inference.meanfield.engine import EPS_FLOOR, MeanFieldConvergenceWarning
 from isingattn.testing import brute_force
 
 BAD = (IsingInputError, IsingTypeError)

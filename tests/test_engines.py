@@ -14,17 +14,21 @@ import pytest
 
 from isingattn import IsingModel, inference
 from isingattn.instances import random_model
+from isingattn.inference.dqa import DQA
+from isingattn.inference.dimod import DimodEngine
+from isingattn.inference.exact import Exact
+from isingattn.inference.mcmc import Gibbs, SQA
 
 N = 8
 GRAPHS = ("dense", "chain", "lattice")
 
 SAMPLERS = {
-    "gibbs": lambda: inference.Gibbs(num_warmup=100, num_samples=1000, num_chains=4),
-    "sqa": lambda: inference.SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50),
+    "gibbs": lambda: Gibbs(num_warmup=100, num_samples=1000, num_chains=4),
+    "sqa": lambda: SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50),
     # Rao-Blackwellized means, held to the plain samples' SE (never larger for independent reads)
-    "gibbs-rb": lambda: inference.Gibbs(num_warmup=100, num_samples=1000, num_chains=4, rao_blackwell=True),
-    "sqa-rb": lambda: inference.SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50, rao_blackwell=True),
-    "dimod": lambda: inference.DimodEngine(num_reads=1000, num_sweeps=100),
+    "gibbs-rb": lambda: Gibbs(num_warmup=100, num_samples=1000, num_chains=4, rao_blackwell=True),
+    "sqa-rb": lambda: SQA(num_sweeps=100, num_reads=512, thermal_sweeps=50, rao_blackwell=True),
+    "dimod": lambda: DimodEngine(num_reads=1000, num_sweeps=100),
 }
 
 
@@ -37,7 +41,7 @@ def _models(beta):
 
 @pytest.fixture(scope="module")
 def references():
-    return {b: np.asarray(inference.Exact().marginals(_models(b)).mean) for b in (0.5, 1.0)}
+    return {b: np.asarray(Exact().marginals(_models(b)).mean) for b in (0.5, 1.0)}
 
 
 @pytest.mark.parametrize("beta", [0.5, 1.0])
@@ -71,7 +75,7 @@ def test_mean_field_small_coupling_accuracy(method, order):
     errs = []
     for s in (0.1, 0.05):
         m = IsingModel(jnp.asarray(h), jnp.asarray(J * s / np.sqrt(N)))
-        errs.append(np.abs(np.asarray(eng.marginals(m).mean) - np.asarray(inference.Exact().marginals(m).mean)).max())
+        errs.append(np.abs(np.asarray(eng.marginals(m).mean) - np.asarray(Exact().marginals(m).mean)).max())
     ratio = errs[0] / errs[1]
     assert 2**order * 0.75 < ratio < 2**order * 1.25, (errs, ratio)
 
@@ -81,10 +85,10 @@ def test_dqa_within_four_standard_errors_of_its_own_bias(beta, references):
     """DQA samples |ψ|², which is Boltzmann only to O(β²) (a fast anneal). Its shots must
     agree with the exact |ψ|² marginals within 4 MCSE, and we report how far those sit
     from Exact: the approximation error, measured rather than assumed."""
-    from isingattn.inference.exact import spin_table
+    from isingattn.energy import spin_table
 
     model = _models(beta)
-    samples, probs, info = inference.DQA(num_shots=2048).run(model, key=jax.random.PRNGKey(3))
+    samples, probs, info = DQA(num_shots=2048).run(model, key=jax.random.PRNGKey(3))
     samples, probs = np.asarray(samples), np.asarray(probs)
     psi_mean = probs @ np.asarray(spin_table(N, jnp.float64))  # exact marginals of |ψ|²
     se = samples.std(-2) / np.sqrt(samples.shape[-2])  # shots are independent

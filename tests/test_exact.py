@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 import isingattn
 from isingattn import IsingModel, TooManySpinsError, inference
-from isingattn.inference import Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.exact import Exact
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 from _exact_helpers import BETAS, F64_TOL, assert_close, reference, solve  # noqa: E402
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel
-from isingattn.inference import Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.exact import Exact
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 from _exact_helpers import FAST_COMPILE, full_spins, solve, sym_from_upper  # noqa: E402
 

@@ -7,8 +7,9 @@ import pytest
 
 from isingattn import IsingModel
 from isingattn.fluctuation import sample_marginals
-from isingattn.inference import Exact
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.exact import Exact
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 
 def _exact_samples(key, h, J, beta, S):

@@ -14,20 +14,15 @@ from numpyro.diagnostics import effective_sample_size as np_ess
 from numpyro.diagnostics import split_gelman_rubin as np_rhat
 
 from isingattn import IsingModel, boltzmann_attention
-from isingattn.errors import IsingInputError
-from isingattn.inference.exact import Exact
-from isingattn.inference.gibbs import (
-    Gibbs,
-    GibbsState,
-    IsingGibbsKernel,
-    color_classes,
-    effective_sample_size,
-    gibbs_sweep,
-    split_gelman_rubin,
-    sweep_with_thresholds,
-    to_inference_data,
-)
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.exact.engine import Exact
+from isingattn.inference.mcmc.gibbs import Gibbs
+from isingattn.inference.mcmc.gibbs_kernel import gibbs_sweep, GibbsState, sweep_with_thresholds
+from isingattn.inference.mcmc.numpyro_kernel import IsingGibbsKernel
+from isingattn.inference.mcmc.coloring import color_classes
+from isingattn.diagnostics import effective_sample_size, split_gelman_rubin
+from isingattn.inference.mcmc.arviz_export import to_inference_data
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 # n = 9 for every graph (dense, chain, 3x3 lattice): one compiled program per schedule.
 N = 9

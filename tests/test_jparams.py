@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from isingattn.inference import Banded
+from isingattn.inference.banded import Banded
 from isingattn.models import Config, Transformer
 from isingattn.models.train import masked_xent
 

@@ -30,9 +30,10 @@ import pytest
 from isingattn import IsingModel, boltzmann_attention
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.inference import get
-from isingattn.inference.exact import Exact
-from isingattn.inference.meanfield import METHODS, MeanField, MeanFieldConvergenceWarning
-from isingattn.testing import brute_force, random_model
+from isingattn.inference.exact.engine import Exact
+from isingattn.inference.meanfield.engine import METHODS, MeanField, MeanFieldConvergenceWarning
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 TIGHT = dict(tol=1e-12, max_iter=5000)
 

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isingattn import IsingInputError, IsingModel, inference
-from isingattn.testing import all_spins, brute_force, random_model
+from isingattn import IsingInputError, IsingModel
+from isingattn.testing import all_spins, brute_force
+from isingattn.instances import random_model
+from isingattn.inference.exact import Exact
 
 TOL = 1e-12
 
@@ -202,7 +204,7 @@ def test_from_bqm_binary_energies_up_to_constant_and_marginals():
     # Boltzmann distribution of the BINARY bqm computed directly from dimod energies
     w = np.exp(-0.8 * (e_bqm - e_bqm.min()))
     p = w / w.sum()
-    m = inference.Exact().marginals(model)
+    m = Exact().marginals(model)
     np.testing.assert_allclose(np.asarray(m.mean), p @ S, rtol=0, atol=1e-12)
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from isingattn import IsingModel
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference import Exact
+from isingattn.inference.exact import Exact
 
 N = 3
 H0, J0 = np.zeros(N), np.zeros((N, N))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from isingattn.attention import boltzmann_attention
-from isingattn.inference import Exact
+from isingattn.inference.exact import Exact
 from isingattn.models import Config, Transformer
 from isingattn.models.saved import config_from_dict, config_to_dict
 from isingattn.models.train import decay_mask, saved_spec

@@ -158,7 +158,7 @@ def test_shard_batch(result):
 
 def test_exact_rejects_a_non_mesh():
     from isingattn.errors import IsingInputError
-    from isingattn.inference import Exact
+    from isingattn.inference.exact import Exact
 
     with pytest.raises(IsingInputError, match="jax.sharding.Mesh"):
         Exact(mesh=4)

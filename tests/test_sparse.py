@@ -8,8 +8,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from isingattn import IsingInputError, IsingModel, IsingTypeError, graphs, inference
+from isingattn import IsingInputError, IsingModel, IsingTypeError, graphs
 from isingattn.sparse import CouplingGraph, SparseCouplings, from_dense
+from isingattn.inference.banded import Banded
+from isingattn.inference.exact import Exact
+from isingattn.inference.mcmc import Gibbs, SQA
+from isingattn.inference.meanfield import MeanField
 
 
 def _random_graph(rng, n, p):
@@ -165,7 +169,7 @@ def test_a_million_spins_fit_in_memory_and_export_without_densifying():
     s = jnp.ones(g.n, jnp.float32)
     assert float(m.energy(s)) == pytest.approx(-float(np.asarray(J.weights, np.float64).sum()), abs=1e-3)
     with pytest.raises(IsingInputError, match="GiB"):  # an engine without a sparse path refuses clearly
-        inference.Exact().marginals(m)
+        Exact().marginals(m)
 
 
 def test_sparsified_round_trip():
@@ -184,8 +188,8 @@ def test_gibbs_sparse_sweep_makes_the_textbook_moves(shape, periodic):
     """Given the same thresholds, the sparse colour-class sweep makes exactly the decisions
     of a loop over the classes in order, spin by spin, with fields h + J s of the current
     spins (a dense numpy J), and the dense colour-class sweep makes the same ones."""
-    from isingattn.inference.coloring import color_classes
-    from isingattn.inference.gibbs_kernel import GibbsState, sweep_with_thresholds
+    from isingattn.inference.mcmc.coloring import color_classes
+    from isingattn.inference.mcmc.gibbs_kernel import GibbsState, sweep_with_thresholds
 
     rng = np.random.default_rng(1)
     g = graphs.lattice(shape, periodic=periodic)
@@ -215,8 +219,8 @@ def test_sqa_class_sweep_sparse_equals_dense_and_the_textbook_moves(P):
     """Given the same noise, the colour-class SQA sweep makes the moves of a loop over the
     classes in order and their spins one at a time (ring colours, then the global move,
     fields h + J s of the current spins), on sparse and on dense couplings alike."""
-    from isingattn.inference.coloring import color_classes
-    from isingattn.inference.sqa_kernel import SQAState, _ring_colours, sweep_with_noise, trotter_coupling
+    from isingattn.inference.mcmc.coloring import color_classes
+    from isingattn.inference.mcmc.sqa_kernel import SQAState, _ring_colours, sweep_with_noise, trotter_coupling
 
     rng = np.random.default_rng(P)
     g = graphs.lattice((3, 4))
@@ -260,7 +264,7 @@ def test_bp_on_a_ten_thousand_spin_tree_matches_tree_decomposition():
     J = SparseCouplings(g, jnp.asarray(rng.normal(0, 0.8, g.E)))
     h = rng.normal(0, 0.5, n)
     model = IsingModel(h, J)
-    out = inference.MeanField(method="bp", tol=1e-12, max_iter=5000).marginals(model)
+    out = MeanField(method="bp", tol=1e-12, max_iter=5000).marginals(model)
     assert bool(out.info["converged"])
     ss = TreeDecompositionSampler().sample(model.to_bqm(), beta=1.0, marginals=True, num_reads=1)
     p_up = ss.info["variable_marginals"]  # {v: P(s_v = +1)}
@@ -277,7 +281,7 @@ def test_meanfield_on_edges_equals_dense_with_gradients(method):
     g = graphs.lattice((4, 5), periodic=True)
     w = jnp.asarray(rng.normal(0, 0.3, (2, g.E)))
     h = jnp.asarray(rng.normal(0, 0.5, (2, g.n)))
-    eng = inference.MeanField(method=method, tol=1e-12, max_iter=3000)
+    eng = MeanField(method=method, tol=1e-12, max_iter=3000)
     loss = lambda m: jnp.sum(eng.marginals(m).mean * jnp.arange(g.n))
     sp = lambda w: loss(IsingModel(h, SparseCouplings(g, w)))
     de = lambda Jd: loss(IsingModel(h, Jd))
@@ -299,11 +303,11 @@ def test_samplers_on_a_strip_agree_with_banded_within_4_mcse(name):
     J = graphs.random_couplings(jax.random.key(3), g, "gaussian", 0.5, dtype=jnp.float64)
     h = jax.random.normal(jax.random.key(4), (g.n,), jnp.float64) * 0.3
     model = IsingModel(h, J)
-    exact = np.asarray(inference.Banded(bandwidth=8).marginals(model).mean)
+    exact = np.asarray(Banded(bandwidth=8).marginals(model).mean)
     if name == "gibbs":
-        eng, C = inference.Gibbs(num_warmup=200, num_samples=1500, num_chains=8), 8
+        eng, C = Gibbs(num_warmup=200, num_samples=1500, num_chains=8), 8
     else:
-        eng, C = inference.SQA(num_sweeps=50, trotter=4, num_reads=1000, thermal_sweeps=100), 1
+        eng, C = SQA(num_sweeps=50, trotter=4, num_reads=1000, thermal_sweeps=100), 1
     out = eng.marginals(model, key=jax.random.key(5))
     s = np.asarray(out.samples).reshape(C, -1, g.n)  # Gibbs: chain-major; SQA: independent reads
     with np.errstate(invalid="ignore", divide="ignore"):

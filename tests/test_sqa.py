@@ -1,4 +1,4 @@
-"""Path-integral SQA (isingattn.inference.sqa) against independent references.
+"""Path-integral SQA (isingattn.inference.mcmc.sqa) against independent references.
 
 * The kernel at fixed Γ against the Trotter weight enumerated over all ``2^(nP)`` ring
   configurations (float64): replica magnetizations, ring correlations and spatial
@@ -30,9 +30,12 @@ import isingattn
 from isingattn import IsingInputError, IsingModel, IsingTypeError
 from isingattn.energy import energy
 from isingattn.engine import ConvergenceWarning
-from isingattn.inference import Exact
-from isingattn.inference.sqa import SQA, SQASampler, sqa_init, sqa_sweep, trotter_coupling
-from isingattn.testing import all_spins, brute_force, random_model
+from isingattn.inference.exact import Exact
+from isingattn.inference.mcmc.sqa import SQA
+from isingattn.inference.dimod import SQASampler
+from isingattn.inference.mcmc.sqa_kernel import sqa_init, sqa_sweep, trotter_coupling
+from isingattn.testing import all_spins, brute_force
+from isingattn.instances import random_model
 
 
 def mcse(x):
@@ -107,7 +110,7 @@ def test_blocked_sweep_equals_one_spin_at_a_time(P):
     """Given the same noise, the blocked sweep makes exactly the moves of the textbook
     loop over spins (ring colours, then the global move) with fields h + J s from the
     current spins; n = 6 is one full block and a partial one."""
-    from isingattn.inference.sqa import SQAState, _ring_colours, sweep_with_noise
+    from isingattn.inference.mcmc.sqa_kernel import _ring_colours, SQAState, sweep_with_noise
 
     rng = np.random.default_rng(P)
     n, R, beta, gamma = 6, 3, 1.3, 0.7
@@ -261,7 +264,7 @@ def test_constant_energy_that_is_explained_is_converged(thermal_sweeps):
 
 def test_engine_warns_and_flags_an_unconverged_tail(monkeypatch):
     """The warning plumbing, with the sampler stubbed out (no compilation)."""
-    import isingattn.inference.sqa as sqa_mod
+    import isingattn.inference.mcmc.sqa as sqa_mod
 
     def stub(key, h, J, beta, **config):
         batch = jnp.broadcast_shapes(h.shape[:-1], J.shape[:-2])
@@ -379,7 +382,8 @@ def test_sampler_runs_the_public_kernel():
     """sqa_sample is its public pure kernel in a loop: the same anneal replayed with
     sqa_sweep(fold_in(key, t), ...) from the same initial spins ends in the same state."""
     from isingattn import prng
-    from isingattn.inference.sqa import gamma_values, sqa_sample
+    from isingattn.inference.mcmc.sqa_kernel import gamma_values
+    from isingattn.inference.mcmc.sqa import sqa_sample
 
     rng = np.random.default_rng(7)
     n, P, R, T = 7, 3, 4, 12

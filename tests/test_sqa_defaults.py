@@ -13,8 +13,8 @@ import pytest
 from dwave.samplers.sa.sampler import default_beta_range
 from numpyro.diagnostics import effective_sample_size
 
-from isingattn.inference import sqa
-from isingattn.inference.dimod_sampler import (
+from isingattn.inference.mcmc import sqa, sqa_kernel
+from isingattn.inference.dimod.samplers import (
     PAD_TO,
     SQASampler,
     THERMAL_BETA,
@@ -23,7 +23,8 @@ from isingattn.inference.dimod_sampler import (
     anneal_gamma_schedule,
 )
 from isingattn.model import IsingModel
-from isingattn.testing import brute_force, random_model
+from isingattn.testing import brute_force
+from isingattn.instances import random_model
 
 N, INSTANCES, READS = 16, 10, 32
 
@@ -100,7 +101,7 @@ def test_anneal_gamma_schedule_sets_the_ring_acceptance(beta, P):
     assert kind == "geometric"
     ring = lambda g: np.tanh(beta * g / P) ** 2  # e^{-4K}, K = -½ ln tanh(βΓ/P)
     np.testing.assert_allclose([ring(gmax), ring(gmin)], [0.5, 0.01], rtol=1e-12)
-    np.testing.assert_allclose(np.exp(-4.0 * np.asarray(sqa.trotter_coupling(beta, gmax, P))), 0.5, rtol=1e-10)
+    np.testing.assert_allclose(np.exp(-4.0 * np.asarray(sqa_kernel.trotter_coupling(beta, gmax, P))), 0.5, rtol=1e-10)
 
 
 def test_anneal_defaults_are_scale_free():

@@ -1,4 +1,4 @@
-"""The effective-temperature estimator (isingattn.temperature): DQA's JAX fit and
+"""The effective-temperature estimator (isingattn.inference.dimod.temperature): DQA's JAX fit and
 DimodEngine's host fit agree with dwave-system's own maximum_pseudolikelihood on the
 same samples, and the bootstrap interval covers the β the samples were drawn at."""
 
@@ -14,11 +14,8 @@ from dwave.system.temperatures import (
 
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.model import IsingModel
-from isingattn.temperature import (
-    effective_beta,
-    local_excitations,
-    pseudo_likelihood_beta,
-)
+from isingattn.inference.dimod.temperature import effective_beta, local_excitations
+from isingattn.inference.dqa.pseudolikelihood import pseudo_likelihood_beta
 from isingattn.testing import all_spins
 
 

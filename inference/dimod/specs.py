@@ -1,7 +1,7 @@
-"""What :class:`~isingattn.inference.dimod_engine.DimodEngine` needs to know about a dimod sampler:
+"""What :class:`~isingattn.inference.dimod.engine.DimodEngine` needs to know about a dimod sampler:
 how to ask it for β, samplers by name (so that an engine saves in a model config), the h and J
 ranges it declares, the engine's warnings, and host helpers shared with
-:mod:`isingattn.inference.dimod_pool`.
+:mod:`isingattn.inference.dimod.pool`.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def _sa_sampler():
 # name form -> what it builds (the forms a bad name's error lists)
 SAMPLER_NAMES = {
     "sa": "dwave-samplers' SimulatedAnnealingSampler() (β passed as beta_range: a Boltzmann sampler)",
-    "hidden-beta:<beta0>[:<num_sweeps>]": "isingattn.testing.HiddenBetaSampler(beta0, num_sweeps): fixed-β "
+    "hidden-beta:<beta0>[:<num_sweeps>]": "isingattn.inference.dimod.standins.HiddenBetaSampler(beta0, num_sweeps): fixed-β "
                                           "simulated annealing at a β the engine is not told (a QPU stand-in)",
-    "mock-pegasus[<m>]:<name>": "isingattn.testing.mock_qpu(<name>, m): EmbeddingComposite(MockDWaveSampler) on "
+    "mock-pegasus[<m>]:<name>": "isingattn.inference.dimod.standins.mock_qpu(<name>, m): EmbeddingComposite(MockDWaveSampler) on "
                                 "Pegasus P(m) (m = 3 by default), the named sampler sampling the embedded problem",
 }
 
@@ -71,7 +71,7 @@ def _build_named(name: str, full: str):
     if head == "sa" and not rest:
         return _sa_sampler()
     if head == "hidden-beta":
-        from isingattn.testing import HiddenBetaSampler
+        from isingattn.inference.dimod.standins import HiddenBetaSampler
 
         parts = rest.split(":") if rest else []
         try:
@@ -88,7 +88,7 @@ def _build_named(name: str, full: str):
         m = head[len("mock-pegasus"):] or "3"
         if not m.isdigit() or int(m) < 2 or not rest:
             raise _bad_name(full, "is not mock-pegasus[<m>]:<name> (m an integer >= 2, then the substitute's name)")
-        from isingattn.testing import mock_qpu
+        from isingattn.inference.dimod.standins import mock_qpu
 
         return mock_qpu(_build_named(rest, full), int(m))
     raise _bad_name(full, "is not a known sampler name")

@@ -18,8 +18,8 @@ The algorithm enters only through ``update(G, s, noise, J_in) -> (new, counts)``
 * J_in ``[b, b, ...]``: the couplings inside the block;
 * counts: any pytree of arrays, summed over blocks (e.g. accepted moves).
 
-:func:`isingattn.inference.gibbs_kernel.gibbs_sweep` plugs in the heat-bath update and
-:func:`isingattn.inference.sqa_kernel.sqa_sweep` the Metropolis moves on the Trotter ring.
+:func:`isingattn.inference.mcmc.gibbs_kernel.gibbs_sweep` plugs in the heat-bath update and
+:func:`isingattn.inference.mcmc.sqa_kernel.sqa_sweep` the Metropolis moves on the Trotter ring.
 """
 
 from __future__ import annotations

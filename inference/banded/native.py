@@ -1,7 +1,7 @@
 """Banded's forward–backward as a native CPU kernel (XLA FFI), compiled on first use.
 
 The blocked path (``banded_vjp``) is an XLA graph of small GEMMs and elementwise steps; on a CPU most
-of its time is per-op overhead and traffic through memory. ``banded_native.cc`` runs the same
+of its time is per-op overhead and traffic through memory. ``native.cc`` runs the same
 forward–backward one chain at a time, per spin, with the chain's messages in cache, and its VJP as the
 tangent of forward–backward (the algorithm is in that file's header). Same inputs, same outputs
 (``mean``, ``log_z`` and the underflow bound ``lost``), so ``_blocked_or_sweep`` treats both alike.
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SOURCE = Path(__file__).with_name("banded_native.cc")
+SOURCE = Path(__file__).with_name("native.cc")
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno"]
 MAX_STATES = 1 << 12  # 2^w; a chain keeps (n + 1) 2^w messages (twice for the gradient)
 
@@ -130,7 +130,7 @@ def _core(lengths: np.ndarray):
 def native(h, J, beta, w: int, causal: bool, layout):
     """``mean [*batch, n]``, ``log_z [*batch]`` and ``lost [*batch]`` as :func:`banded_vjp.blocked` returns
     them, from the native kernel. ``layout`` from ``_blocked_layout``."""
-    from isingattn.inference.banded_blocked import _band
+    from isingattn.inference.banded.blocked import _band
 
     batch, jb, _ = layout
     dt = h.dtype

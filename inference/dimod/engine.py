@@ -20,20 +20,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn import validate as V
-from isingattn.engine import Engine, register
+from isingattn.engine import Engine
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
-from isingattn.model import IsingModel, _is_traced
+from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
-from isingattn.inference import dimod_pool
-from isingattn.inference.sampler_spec import (  # noqa: F401  (re-exported: the engine's public names)
-    _CAL_KEYS, _CHAIN_KEYS, SAMPLER_NAMES, ChainBreakWarning, DimodCalibrationWarning, NamedSampler, _build_named,
-    _name, _sa_sampler, _subset, _utc, beta_kwargs, declared_ranges)
+from isingattn.inference.dimod.pool import PooledSampling
+from isingattn.inference.dimod.specs import (
+    _CAL_KEYS, _CHAIN_KEYS, ChainBreakWarning, DimodCalibrationWarning, NamedSampler, _name, _sa_sampler, _subset, _utc, beta_kwargs, declared_ranges)
 
 
 
-@register("dimod")
 class DimodEngine(Engine):
     """``DimodEngine(sampler=None, num_reads=256, calibrate=False, ..., pool=False, **sample_kwargs)``:
     sample each model's BQM with ``sampler`` (a dimod sampler, or its name).
@@ -44,7 +42,7 @@ class DimodEngine(Engine):
     (batch-shaped), unless ``calibrate=True``.
 
     Effective temperature (``estimate_beta=True``, implied by ``calibrate``): the
-    maximum-pseudo-likelihood β of the reads for the model (:func:`isingattn.temperature.effective_beta`,
+    maximum-pseudo-likelihood β of the reads for the model (:func:`isingattn.inference.dimod.temperature.effective_beta`,
     dwave-system's estimator, with a bootstrap interval), in ``info``: ``beta_eff``,
     ``beta_eff_lo``/``beta_eff_hi`` (interval at ``beta_level``), ``beta_eff_se`` (bootstrap SD),
     ``beta_h``/``beta_J`` (separate scales, with ``split=True``), ``ground_only``.
@@ -70,9 +68,9 @@ class DimodEngine(Engine):
     ``info["broken_reads"]``: fraction of reads drawn with a broken chain.
 
     Samplers by name (:data:`SAMPLER_NAMES`): ``sampler="sa"`` (the default's sampler, by name),
-    ``"hidden-beta:2.5"`` (:class:`isingattn.testing.HiddenBetaSampler`, a QPU stand-in at a β
+    ``"hidden-beta:2.5"`` (:class:`isingattn.inference.dimod.standins.HiddenBetaSampler`, a QPU stand-in at a β
     the engine is not told) or ``"mock-pegasus:hidden-beta:2.5"`` (that sampler behind
-    ``EmbeddingComposite(MockDWaveSampler)`` on Pegasus, :func:`isingattn.testing.mock_qpu`).
+    ``EmbeddingComposite(MockDWaveSampler)`` on Pegasus, :func:`isingattn.inference.dimod.standins.mock_qpu`).
     The engine then holds the name (a :class:`NamedSampler`), so it saves in a model config
     (``isingattn.engine.to_spec``, ``models.saved``) and rebuilds from it; an engine around a
     sampler object does not. A bad name raises ``IsingInputError`` listing the forms.
@@ -193,7 +191,7 @@ class DimodEngine(Engine):
         return isinstance(params, dict) and "chain_strength" in params
 
     def _prepare(self, model: IsingModel) -> Engine:
-        if not self.calibrate and beta_kwargs(self.sampler, 1.0) is None and not _is_traced(model.beta):
+        if not self.calibrate and beta_kwargs(self.sampler, 1.0) is None and not is_traced(model.beta):
             warnings.warn(f"{_name(self.sampler)} has no temperature parameter: its samples do not follow "
                           "exp(-βE); marginals and gradients are those of its own output distribution. "
                           "DimodEngine(sampler, calibrate=True) rescales the problem until they do."
@@ -285,7 +283,7 @@ class DimodEngine(Engine):
         ``[B, K]`` (:meth:`_info_keys`)."""
         h, J, beta = np.asarray(h, np.float64), np.asarray(J, np.float64), float(beta)
         if self.pool:
-            return self._host_pooled(h, J, beta, seeds, dtype=dtype, graph=graph)
+            return PooledSampling(self).run(h, J, beta, seeds, dtype=dtype, graph=graph)
         B, n = h.shape
         keys = self._info_keys()
         out = np.zeros((B, self.num_reads, n), dtype=dtype)
@@ -306,7 +304,7 @@ class DimodEngine(Engine):
 
     def _estimate(self, bqm, n, seed, beta):
         """Draw (calibrating with ``calibrate``) and estimate the effective β of one model."""
-        from isingattn.temperature import effective_beta
+        from isingattn.inference.dimod.temperature import effective_beta
 
         hd = np.zeros(n)
         Jd = np.zeros((n, n))
@@ -366,10 +364,6 @@ class DimodEngine(Engine):
                    ground_only=float(e.ground_only), at_range_limit=float(at_limit))
         return arr, chains, row
 
-    # pool=True: one sampler call per round for all models, one pooled scale (inference/dimod_pool.py)
-    _draw_union = dimod_pool._draw_union
-    _pooled_fit = dimod_pool._pooled_fit
-    _host_pooled = dimod_pool._host_pooled
 
     def _warning(self, flag, info, bad, total) -> str:
         if flag == "chains_intact":

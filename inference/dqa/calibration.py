@@ -1,4 +1,4 @@
-"""Calibration of a DQA anneal (:mod:`isingattn.inference.dqa`, module docstring): the
+"""Calibration of a DQA anneal (:mod:`isingattn.inference.dqa.engine`, module docstring): the
 search for the programmed scales whose effective β matches the target
 (:func:`calibrate_scales`), and the range of fields and couplings the Trotterized
 circuit represents without aliasing (:func:`representable_range`).

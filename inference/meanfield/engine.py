@@ -50,11 +50,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn import validate as V
-from isingattn.engine import ConvergenceWarning, Engine, register
+from isingattn.engine import ConvergenceWarning, Engine
 from isingattn.errors import IsingInputError
 from isingattn.energy import local_field
-from isingattn.inference.bp import bethe_corr, bp_map, bp_map_sparse
-from isingattn.inference.fixed_point import DampedFixedPoint
+from isingattn.inference.meanfield.bp import bethe_corr, bp_map, bp_map_sparse
+from isingattn.inference.meanfield.fixed_point import DampedFixedPoint
 from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
@@ -75,7 +75,6 @@ class MeanFieldConvergenceWarning(ConvergenceWarning):
     """A mean-field fixed-point iteration stopped at ``max_iter`` before reaching ``tol``."""
 
 
-@register("meanfield")
 class MeanField(Engine):
     """Mean-field marginals by naive mean field, TAP or loopy BP (see the module docstring).
 
@@ -235,5 +234,5 @@ def _factory(method: str):
     return make
 
 
-for _m in METHODS:
-    register(f"meanfield-{_m}")(_factory(_m))
+# the registry's "meanfield-<method>" entries (isingattn.engine)
+meanfield_naive, meanfield_tap, meanfield_bp = (_factory(m) for m in METHODS)

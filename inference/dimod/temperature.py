@@ -6,12 +6,12 @@ Maximum pseudo-likelihood (MPL). For samples ``s`` of a model with energy
 ``ΔE_i(s) = E(s) - E(s^(i)) = -2 s_i (h_i + (J s)_i)`` and the pseudo-likelihood of
 ``p(s) ∝ exp(-β E)`` is ``Π_i σ(-β ΔE_i(s))`` (each spin given the others). With separate
 scales (``split=True``) the exponent is ``β_h h·s + β_J Σ J s s``: the fields and the
-couplings may freeze out at different temperatures (a fast anneal, :mod:`~isingattn.inference.dqa`).
+couplings may freeze out at different temperatures (a fast anneal, :mod:`~isingattn.inference.dqa.engine`).
 
 Two implementations of the same convex objective:
 
 * :func:`pseudo_likelihood_beta` (JAX, jit-able, batched, split scales): what DQA fits inside
-  its calibration loop (:mod:`isingattn.inference.pseudolikelihood`).
+  its calibration loop (:mod:`isingattn.inference.dqa.pseudolikelihood`).
 * :func:`effective_beta` (host, NumPy): dwave-system's
   ``dwave.system.temperatures.maximum_pseudolikelihood`` for the fit (one scale, or two with
   ``split=True``) and a bootstrap over reads for the confidence interval. What DimodEngine
@@ -32,9 +32,8 @@ from typing import NamedTuple
 import numpy as np
 
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference.pseudolikelihood import PLFit, pseudo_likelihood_beta
 
-__all__ = ["BetaEstimate", "PLFit", "beta_from_excitations", "effective_beta", "local_excitations", "pseudo_likelihood_beta"]
+__all__ = ["BetaEstimate", "beta_from_excitations", "effective_beta", "local_excitations"]
 
 
 class BetaEstimate(NamedTuple):

@@ -1,8 +1,8 @@
-"""The heat-bath Gibbs sweep of :mod:`isingattn.inference.gibbs` as a NumPyro
+"""The heat-bath Gibbs sweep of :mod:`isingattn.inference.mcmc.gibbs` as a NumPyro
 ``MCMCKernel``, so ``numpyro.infer.MCMC`` supplies chains, warmup, thinning, the
 progress bar, ``get_samples`` and ``print_summary``, and ``az.from_numpyro`` works.
 
-It runs the same transition as the :class:`~isingattn.inference.gibbs.Gibbs` engine
+It runs the same transition as the :class:`~isingattn.inference.mcmc.gibbs.Gibbs` engine
 (``_chain_init`` / ``_chain_step``): same key => same chains as ``MCMC`` with
 ``chain_method="vectorized"`` (a test checks it).
 """
@@ -19,7 +19,9 @@ from numpyro.util import is_prng_key
 from isingattn import prng
 from isingattn.energy import energy
 from isingattn.errors import IsingInputError
-from isingattn.inference.gibbs import GibbsState, _chain_init, _chain_step, schedule_classes
+from isingattn.inference.mcmc.gibbs_kernel import GibbsState
+from isingattn.inference.mcmc.gibbs import _chain_init, _chain_step
+from isingattn.inference.mcmc.coloring import schedule_classes
 from isingattn.model import IsingModel
 
 __all__ = ["IsingGibbsKernel", "IsingMCMCState"]

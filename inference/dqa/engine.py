@@ -46,7 +46,7 @@ couplings come out at different temperatures, and programming ``h' = 2h`` equali
 Calibration (``calibrate=True``). Program ``h' = c_h h`` and ``J' = c_J J`` (per model).
 Theory gives ``c_h = β/(2κ)``, ``c_J = β/(4κ)``, so that ``P ≈ 2^-n (1 - β E)``; then
 ``calibration_steps`` corrections (a fixed-point step, then secant steps on ``log c``;
-:func:`~isingattn.inference.dqa_calibration.calibrate_scales`) use the maximum-pseudo-likelihood β of the distribution
+:func:`~isingattn.inference.dqa.calibration.calibrate_scales`) use the maximum-pseudo-likelihood β of the distribution
 (``calibrate_from="state"``: the exact ``|ψ|²`` of the simulator, noise-free; ``"samples"``:
 ``num_shots`` fresh shots per correction, as one would on hardware). The best candidate
 evaluated is kept, so calibration never does worse than its starting point.
@@ -82,7 +82,7 @@ Hence the default ``tau = 12``. Uncalibrated long anneals of the unscaled model 
 its ground state rather than a Boltzmann distribution. The bias is exactly computable
 here (``|ψ|²`` is known) and ``info`` reports it through the KL divergences.
 
-Effective temperature: :func:`~isingattn.inference.pseudolikelihood.pseudo_likelihood_beta`
+Effective temperature: :func:`~isingattn.inference.dqa.pseudolikelihood.pseudo_likelihood_beta`
 (maximum pseudo-likelihood ``β_h``, ``β_J``, with sandwich standard errors for iid shots).
 """
 
@@ -95,33 +95,25 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.dqa_calibration import calibrate_scales, representable_range
-from isingattn.inference.dqa_circuit import (  # noqa: F401  (kernel moved; names kept importable here)
-    CALIBRATE_FROM,
+from isingattn.inference.dqa.calibration import calibrate_scales, representable_range
+from isingattn.inference.dqa.circuit import (
     MAX_N,
-    Schedule,
     _check_config,
     _measure,
     evolve,
-    fast_anneal_theory,
-    flip_energy_sum,
-    kappa,
     schedule_coefficients,
 )
-from isingattn.inference.pseudolikelihood import PLFit, pseudo_likelihood_beta
+from isingattn.inference.dqa.pseudolikelihood import PLFit, pseudo_likelihood_beta
 from jax.scipy.special import logsumexp
 
 from isingattn.energy import coupling_energy, field_energy, spin_table, spins_from_index
-from isingattn.engine import ConvergenceWarning, Engine, jit_call, register
+from isingattn.engine import ConvergenceWarning, Engine, jit_call
 from isingattn.errors import TooManySpinsError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 from isingattn.validate import plain
 
-__all__ = ["DQA", "DQASampler", "PLFit", "evolve", "flip_energy_sum", "kappa", "pseudo_likelihood_beta",
-           "schedule_coefficients", "fast_anneal_theory", "spins_from_index", "representable_range",
-           "DQAWarning", "DQACalibrationWarning", "DQARangeWarning"]
 
 SCHEDULES = ("linear",)
 
@@ -257,7 +249,6 @@ def _run_model(cfg: dict, model: IsingModel, key):
     return samples, probs, info
 
 
-@register("dqa")
 class DQA(Engine):
     """Digitized diabatic quantum annealing, simulated as a statevector (module docstring).
 
@@ -379,11 +370,3 @@ _WARNINGS = {
         "not follow their energies. Rescale the problem (or calibrate=True with a target β, which keeps the "
         "programmed problem in range), or increase num_steps."),
 }
-
-
-def __getattr__(name):  # the dimod sampler lives in inference/dimod_sampler.py, which imports this module
-    if name == "DQASampler":
-        from isingattn.inference.dimod_sampler import DQASampler
-
-        return DQASampler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Loopy belief propagation (the Bethe approximation) as a fixed-point map on
-cavity-field messages, for :class:`~isingattn.inference.meanfield.MeanField`
-(``method="bp"``), which iterates it with :mod:`isingattn.inference.fixed_point`.
+cavity-field messages, for :class:`~isingattn.inference.meanfield.engine.MeanField`
+(``method="bp"``), which iterates it with :mod:`isingattn.inference.meanfield.fixed_point`.
 
 Messages ``u_{k→i} = (1/β) atanh(tanh(βJ_ki) tanh(β c_{k\\i}))`` with cavity fields
 ``c_{k\\i} = h_k + Σ_{l≠i} u_{l→k}``; marginals ``m_i = tanh(β(h_i + Σ_k u_{k→i}))``.

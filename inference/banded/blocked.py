@@ -75,10 +75,10 @@ def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr
 def _blocked(h, J, beta, w: int, causal: bool, layout):
     """Exact ``mean``, ``log_z`` and the underflow bound ``lost`` (as ``_scaled``) by forward–backward that adds
     ``k`` spins per step to a window of ``L ≥ w`` spins (``L = 2k``, or ``L = k``), with a hand-written VJP:
-    :func:`isingattn.inference.banded_vjp.blocked` (the algorithm, its derivation and its layouts are there).
+    :func:`isingattn.inference.banded.vjp.blocked` (the algorithm, its derivation and its layouts are there).
     ``layout`` from :func:`_blocked_layout`."""
-    from isingattn.inference import banded_native
-    from isingattn.inference.banded_vjp import blocked
+    from isingattn.inference.banded import native as banded_native
+    from isingattn.inference.banded.vjp import blocked
 
     if banded_native.applies(h, beta, w):  # the same forward–backward as a CPU kernel
         return banded_native.native(h, J, beta, w, causal, layout)

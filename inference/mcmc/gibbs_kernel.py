@@ -16,7 +16,7 @@ from isingattn import prng
 from isingattn.energy import local_field
 from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
-from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, sparse_field_rows, sparse_spin_major, spin_major  # noqa: F401
+from isingattn.inference.mcmc.sweep import blocked_sweep, sparse_field_rows, sparse_spin_major, spin_major
 
 
 class GibbsState(NamedTuple):
@@ -55,7 +55,7 @@ def _class_table(classes, n: int):
 
 def heat_bath_update(G, s, noise, J_in):
     """The heat-bath block update that :func:`gibbs_sweep` plugs into
-    :func:`~isingattn.inference.sweep.blocked_sweep`: ``b`` consecutive spins, in order,
+    :func:`~isingattn.inference.mcmc.sweep.blocked_sweep`: ``b`` consecutive spins, in order,
     for every chain and model (spin-major: the block's spins on axis 0).
 
     G: ``[b, ...]`` their local fields with the block's OLD spins; s: ``[b, ...]`` old
@@ -102,7 +102,7 @@ def gibbs_sweep(key, state: GibbsState, h, J, beta, classes: Optional[Sequence[S
 
     Returns:
         ``(GibbsState, GibbsInfo)``. Cost ``O(n²)`` per model: for the systematic
-        scan, :func:`~isingattn.inference.sweep.blocked_sweep` with the heat-bath
+        scan, :func:`~isingattn.inference.mcmc.sweep.blocked_sweep` with the heat-bath
         update (``n / SWEEP_BLOCK`` field GEMMs plus one small fusion per block); for
         classes, one field GEMM and an ``O(n · |class|)`` update per class.
     """

@@ -39,8 +39,8 @@ from jax.scipy.special import logsumexp
 from jax.sharding import Mesh, PartitionSpec as P
 
 from isingattn import validate as V
-from isingattn.energy import cross_energy, energy, spin_table  # noqa: F401  (spin_table: re-exported)
-from isingattn.engine import Engine, register
+from isingattn.energy import cross_energy, energy, spin_table
+from isingattn.engine import Engine
 from isingattn.errors import IsingInputError, TooManySpinsError
 from isingattn.marginals import Marginals, linear_response_corr
 from isingattn.model import IsingModel
@@ -53,14 +53,13 @@ def _safe_log(x):
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), -jnp.inf)
 
 
-@register("exact")
 class Exact(Engine):
     """Exact marginals, ``log Z`` and (with ``corr=True``) pair correlations.
 
     Differentiable in ``h`` and ``J`` (forward and reverse mode) through a JVP rule built on the
     fluctuation identities (``_mitm_jvp``). Queries whose models share ``J``
     (broadcast batch axes of ``J``) share the ``2^n`` cross kernel. Causal models are
-    solved in ~log2(n) prefix buckets by ``Engine.marginals`` (``isingattn.causal.CausalBuckets``).
+    solved in ~log2(n) prefix buckets by ``Engine.marginals`` (``isingattn.engine.CausalBuckets``).
 
     Cost grows as ``2^n``: fine to ``n ≈ 24`` on a laptop. Above ``max_n`` it raises;
     use ``Banded`` (banded J), ``MeanField``, ``Gibbs`` or ``SQA`` instead.

@@ -59,7 +59,7 @@ import numpy as np
 from jax import lax
 
 from isingattn.energy import spin_table
-from isingattn.inference.banded_plan import Plan, tree_sum
+from isingattn.inference.banded.plan import Plan, tree_sum
 
 CHUNK_BYTES = 1 << 18  # messages per step and chunk of rows (L2-sized): buffers reused chunk after chunk
 
@@ -363,7 +363,7 @@ def blocked(h, J, beta, w: int, causal: bool, layout):
     """Exact ``mean [*batch, n]``, ``log_z [*batch]`` and the underflow bound ``lost [*batch]`` (log of
     the relative mass lost, as ``Banded``'s sweep reports it) of the models ``(h, J, beta)``, by the
     blocked forward–backward with the hand-written VJP. ``layout`` from ``_blocked_layout`` (not None)."""
-    from isingattn.inference.banded_blocked import _band, _block_len
+    from isingattn.inference.banded.blocked import _band, _block_len
 
     batch, jb, _ = layout
     dt = h.dtype

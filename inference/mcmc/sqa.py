@@ -17,11 +17,11 @@ Moves (one *sweep* visits every spin ``i = 0..n-1`` once):
   accepted with ``exp(-(β/P) Σ_k ΔE_k(i))``. It is the only move that still works when
   ``Γ → 0`` (``K → ∞`` locks the replicas together).
 
-How a sweep is computed: the skeleton shared with Gibbs (:mod:`isingattn.inference.sweep`),
+How a sweep is computed: the skeleton shared with Gibbs (:mod:`isingattn.inference.mcmc.sweep`),
 in spin-major layout ``[n, P, reads, ...]``, ``SWEEP_BLOCK`` spins at a time. One GEMM
 gives a block's local fields in every replica from the CURRENT spins (exact, so no
 rounding drift builds up over sweeps), then one elementwise fusion
-(:func:`~isingattn.inference.sqa_kernel.ring_update`) makes all the moves of the block's
+(:func:`~isingattn.inference.mcmc.sqa_kernel.ring_update`) makes all the moves of the block's
 spins in order (the couplings inside the block are applied as each spin changes;
 replicas are unrolled into rows, so the ring and the global move's sum are index
 arithmetic). The Metropolis noise of a whole sweep is
@@ -70,19 +70,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.sqa_kernel import (  # noqa: F401  (kernel moved; names kept importable here)
-    SCHEDULES,
-    SWEEP_BLOCK,
-    SQAInfo,
+from isingattn.inference.mcmc.sqa_kernel import (
     SQAState,
     _check_schedule,
-    _ring_colours,
     gamma_values,
-    ring_update,
-    sqa_init,
     sqa_sweep,
-    sweep_with_noise,
-    trotter_coupling,
 )
 from jax import lax
 
@@ -90,12 +82,12 @@ from isingattn import prng
 from isingattn import validate as V
 from isingattn.diagnostics import field_pinned, split_gelman_rubin
 from isingattn.energy import energy
-from isingattn.engine import Engine, register
+from isingattn.engine import Engine
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
-from isingattn.inference.coloring import SCHEDULES as SWEEP_SCHEDULES
-from isingattn.inference.coloring import as_classes, schedule_classes
+from isingattn.inference.mcmc.coloring import SCHEDULES as SWEEP_SCHEDULES
+from isingattn.inference.mcmc.coloring import as_classes, schedule_classes
 from isingattn.model import IsingModel
 from isingattn.sparse import insert_batch_axis
 
@@ -223,7 +215,6 @@ def _as_tuple(x):
     return tuple(V.plain(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
-@register("sqa")
 class SQA(Engine):
     """Path-integral simulated quantum annealing (see the module docstring).
 
@@ -285,7 +276,7 @@ class SQA(Engine):
     spin_info: ClassVar[tuple] = ("frozen",)
 
     def _prepare(self, model: IsingModel) -> Engine:
-        """The update classes (:func:`~isingattn.inference.coloring.schedule_classes`, as Gibbs)."""
+        """The update classes (:func:`~isingattn.inference.mcmc.coloring.schedule_classes`, as Gibbs)."""
         classes = schedule_classes(self.schedule, model.J, self.colors)
         if classes is None:
             return dataclasses.replace(self, schedule="systematic", colors=None)
@@ -312,11 +303,3 @@ class SQA(Engine):
                 f"(max R-hat of the energy {worst:.3g} > {RHAT_THRESHOLD}; NaN means thermal_sweeps < 4 or frozen "
                 f"reads).{stuck} Samples may not follow exp(-βE) yet: raise "
                 "thermal_sweeps or num_sweeps. info['converged'] flags the models.")
-
-
-def __getattr__(name):  # the dimod sampler lives in inference/dimod_sampler.py, which imports this module
-    if name == "SQASampler":
-        from isingattn.inference.dimod_sampler import SQASampler
-
-        return SQASampler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """The samplers of this package as ``dimod.Sampler`` s: :class:`SQASampler` (the algorithm
-of :mod:`isingattn.inference.sqa`) and :class:`DQASampler` (:mod:`isingattn.inference.dqa`),
+of :mod:`isingattn.inference.mcmc.sqa`) and :class:`DQASampler` (:mod:`isingattn.inference.dqa.engine`),
 with the dimod contract implemented once, in their base :class:`IsingSampler`.
 
 :class:`IsingSampler` holds what they share: defaults given at construction and
@@ -22,7 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn.errors import IsingInputError, TooManySpinsError
-from isingattn.inference import dqa, sqa
+from isingattn.inference.dqa import circuit as dqa_circuit
+from isingattn.inference.dqa import engine as dqa
+from isingattn.inference.mcmc import sqa
+from isingattn.inference.mcmc.sqa_kernel import SCHEDULES as SQA_SCHEDULES
 from isingattn.model import IsingModel
 from isingattn.validate import boolean, nonneg_int, positive_float, positive_int
 
@@ -183,7 +186,7 @@ def anneal_gamma_schedule(beta: float, trotter: int) -> tuple:
 
 
 class SQASampler(IsingSampler):
-    """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`~isingattn.inference.sqa.SQA`).
+    """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`~isingattn.inference.mcmc.sqa.SQA`).
 
     ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
     them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
@@ -213,7 +216,7 @@ class SQASampler(IsingSampler):
 
     ``seed``: an int gives ``jax.random.PRNGKey(seed)``. Every read draws its own random
     numbers (its own block of counters of the threefry stream of each sweep, see
-    :func:`~isingattn.inference.sqa.sqa_sample`), so reads are independent and distinct, and the whole sample set
+    :func:`~isingattn.inference.mcmc.sqa.sqa_sample`), so reads are independent and distinct, and the whole sample set
     is reproducible from the seed. ``seed=None`` draws a seed from ``os.urandom``; it is
     reported in ``sampleset.info["seed"]``. (openjij's samplers, by contrast, restart
     every read from the same integer seed, so all reads come out identical.)
@@ -234,7 +237,7 @@ class SQASampler(IsingSampler):
         check_beta(p["beta"], optional=True)
 
     def _properties(self) -> dict:
-        return {"modes": sqa.MODES, "gamma_schedules": sqa.SCHEDULES}
+        return {"modes": sqa.MODES, "gamma_schedules": SQA_SCHEDULES}
 
     @staticmethod
     def _given(p):
@@ -284,7 +287,7 @@ _DQA_DEFAULTS = dict(num_reads=1, tau=12.0, num_steps=32, schedule="linear", ord
 
 
 class DQASampler(IsingSampler):
-    """Digitized diabatic quantum annealing (the algorithm of :class:`~isingattn.inference.dqa.DQA`) as a
+    """Digitized diabatic quantum annealing (the algorithm of :class:`~isingattn.inference.dqa.engine.DQA`) as a
     ``dimod.Sampler``.
 
     ``DQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
@@ -297,7 +300,7 @@ class DQASampler(IsingSampler):
     biases the effective β is about 3). ``info`` reports the effective ``beta_h``/``beta_J``.
     With ``beta`` (in the BQM's energy units) and ``calibrate`` (default True when ``beta``
     is set) the programmed biases are rescaled so the samples follow ``exp(-β E_bqm)`` as
-    closely as the anneal allows (:class:`~isingattn.inference.dqa.DQA`). ``info`` holds the scalars of the DQA
+    closely as the anneal allows (:class:`~isingattn.inference.dqa.engine.DQA`). ``info`` holds the scalars of the DQA
     diagnostics (``beta_h``, ``beta_J``, ``kl``, ``scale_h``, ...).
 
     ``seed``: an int gives ``jax.random.PRNGKey(seed)``; every read is an independent shot
@@ -326,16 +329,16 @@ class DQASampler(IsingSampler):
                    calibrate_from=p["calibrate_from"])
 
     def _properties(self) -> dict:
-        return {"max_num_variables": dqa.MAX_N, "schedules": dqa.SCHEDULES + ("callable",), "orders": (1, 2)}
+        return {"max_num_variables": dqa_circuit.MAX_N, "schedules": dqa.SCHEDULES + ("callable",), "orders": (1, 2)}
 
     def _info(self, p, engine: dqa.DQA) -> dict:
         return {"tau": float(p["tau"]), "num_steps": int(p["num_steps"]), "order": int(p["order"]), "beta": p["beta"],
                 "calibrate": engine.calibrate}
 
     def _sample(self, bqm, p, engine: dqa.DQA, seed):
-        if len(bqm.variables) > dqa.MAX_N:
+        if len(bqm.variables) > dqa_circuit.MAX_N:
             raise TooManySpinsError(
-                f"DQASampler simulates a 2^n statevector and is limited to {dqa.MAX_N} variables; this BQM has "
+                f"DQASampler simulates a 2^n statevector and is limited to {dqa_circuit.MAX_N} variables; this BQM has "
                 f"{len(bqm.variables)}. Use SQASampler or a classical sampler for larger problems.")
         beta = p["beta"]
         model = IsingModel.from_bqm(bqm, beta=1.0 if beta is None else beta)  # SPIN view, h = -linear, J = -quadratic

@@ -1,5 +1,5 @@
 """Maximum-pseudo-likelihood temperatures of Ising samples, a general estimator (used
-by :mod:`isingattn.inference.dqa` to calibrate and to report the effective β).
+by :mod:`isingattn.inference.dqa.engine` to calibrate and to report the effective β).
 
 :func:`pseudo_likelihood_beta` fits ``p(s_i | s_-i) = σ(2 s_i (β_h h_i + β_J Σ_j J_ij s_j))``
 to samples or to a weighted table of configurations: a convex 2-parameter logistic

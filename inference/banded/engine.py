@@ -46,24 +46,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.banded_blocked import (  # noqa: F401  (the blocked path; names kept importable here)
-    BLOCK_MAX,
-    BLOCK_MIN,
-    MAX_BLOCKS,
+from isingattn.inference.banded.blocked import (
     _band,
-    _block_len,
     _blocked,
     _blocked_layout,
 )
-from isingattn.inference.exact import LOST_MASS_TOL
+from isingattn.inference.exact.engine import LOST_MASS_TOL
 from jax import lax
 
 from isingattn import validate as V
 from isingattn.energy import spin_table
-from isingattn.engine import Engine, register
+from isingattn.engine import Engine
 from isingattn.errors import IsingInputError
 from isingattn.marginals import Marginals, linear_response_corr
-from isingattn.model import IsingModel, _is_traced
+from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
 MAX_BANDWIDTH = 20  # 2^w states per query and step
@@ -79,7 +75,7 @@ def band_violation(J, bandwidth: Optional[int] = None):
         return J.graph.bandwidth
     n = J.shape[-1]
     dist = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    if _is_traced(J):
+    if is_traced(J):
         return jnp.max(jnp.where(jnp.any(J != 0, axis=tuple(range(J.ndim - 2))), dist, 0), initial=0)
     nz = np.any(np.asarray(J) != 0, axis=tuple(range(J.ndim - 2)))
     return int(np.max(np.where(nz, dist, 0), initial=0))
@@ -100,7 +96,6 @@ def _pattern_message(dist: int) -> str:
             "graphs.lattice((L, W)) with W the smaller side), or use Exact (small n) or an approximate engine.")
 
 
-@register("banded")
 class Banded(Engine):
     """Exact marginals and ``log Z`` for couplings of bandwidth ``w`` (``J_jk = 0`` for
     ``|j - k| > w``), by forward–backward over a window of ``w`` spins.
@@ -154,7 +149,7 @@ class Banded(Engine):
         the model's pattern where it is known on the host), else the model's own."""
         sparse = isinstance(model.J, SparseCouplings)
         # the pattern's bandwidth where the host can read it: a sparse graph is static
-        dist = band_violation(model.J) if sparse or not _is_traced(model.J) else None
+        dist = band_violation(model.J) if sparse or not is_traced(model.J) else None
         if self.bandwidth is None:
             if dist is None:
                 raise IsingInputError(

@@ -17,7 +17,7 @@ from isingattn import validate as V
 from isingattn.energy import local_field_rows
 from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
-from isingattn.inference.sweep import SWEEP_BLOCK, blocked_sweep, sparse_field_rows, sparse_spin_major, spin_major  # noqa: F401
+from isingattn.inference.mcmc.sweep import blocked_sweep, sparse_field_rows, sparse_spin_major, spin_major
 
 SCHEDULES = ("linear", "geometric")
 
@@ -73,7 +73,7 @@ def _ring_colours(P: int):
 
 def ring_update(G, s, noise, J_in, *, bp, K, P: int, global_moves: bool):
     """The block update that :func:`sqa_sweep` plugs into
-    :func:`~isingattn.inference.sweep.blocked_sweep` (with ``bp = β/P``, ``K``, ``P`` and
+    :func:`~isingattn.inference.mcmc.sweep.blocked_sweep` (with ``bp = β/P``, ``K``, ``P`` and
     ``global_moves`` bound): all moves of ``b`` consecutive spins, in order (spin-major,
     spins on axis 0, replicas on axis 1): for each spin, the single-spin Metropolis
     moves of every replica (one ring colour at a time) and then the global move.

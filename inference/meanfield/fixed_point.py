@@ -1,5 +1,5 @@
 """Damped fixed-point iteration with implicit differentiation, per model of a batch:
-the solver of every mean-field method (:mod:`isingattn.inference.meanfield`).
+the solver of every mean-field method (:mod:`isingattn.inference.meanfield.engine`).
 
 ``x ← x + d·(F(x) - x)`` until ``max |F(x) - x| ≤ tol`` per model; gradients by
 ``lax.custom_root``, whose tangent and adjoint systems ``(I - ∂F/∂x) z = b`` are solved

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 
 from isingattn.errors import IsingInputError
-from isingattn.model import _is_traced
+from isingattn.model import is_traced
 from isingattn.sparse import CouplingGraph, SparseCouplings
 
 SCHEDULES = ("systematic", "colored")
@@ -119,7 +119,7 @@ def _check_classes(classes, n: int, J=None) -> tuple:
                 f"colors: spins {j} and {k} are in the same class but coupled (an edge of J.graph); a class is updated "
                 "in parallel, so its spins must be uncoupled. Use inference.gibbs.color_classes(J)."
             )
-    elif J is not None and not _is_traced(J):
+    elif J is not None and not is_traced(J):
         nz = np.any(np.asarray(J).reshape(-1, n, n) != 0, axis=0)
         for c in classes:
             sub = nz[np.ix_(c, c)]
@@ -148,7 +148,7 @@ def schedule_classes(schedule: str, J, colors=None):
         return color_classes(J)
     if schedule == "systematic":
         return None
-    if _is_traced(J):
+    if is_traced(J):
         warnings.warn(
             "Gibbs(schedule='colored'): J is traced (inside jit/grad), so its sparsity pattern cannot be read; "
             "falling back to the systematic scan. Pass colors=inference.gibbs.color_classes(J_structure) to Gibbs "

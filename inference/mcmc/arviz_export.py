@@ -1,6 +1,6 @@
 """ArviZ export of Gibbs samples (:func:`to_inference_data`), so ``az.summary`` gives
-R-hat and ESS of a :class:`~isingattn.inference.gibbs.Gibbs` run or of a NumPyro ``MCMC``
-run with :class:`~isingattn.inference.gibbs_numpyro.IsingGibbsKernel`."""
+R-hat and ESS of a :class:`~isingattn.inference.mcmc.gibbs.Gibbs` run or of a NumPyro ``MCMC``
+run with :class:`~isingattn.inference.mcmc.numpyro_kernel.IsingGibbsKernel`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from isingattn.errors import IsingInputError
-from isingattn.inference.gibbs_numpyro import IsingGibbsKernel
+from isingattn.inference.mcmc.numpyro_kernel import IsingGibbsKernel
 from isingattn.marginals import Marginals
 
 __all__ = ["to_inference_data"]

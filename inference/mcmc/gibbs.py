@@ -11,10 +11,10 @@ Three layers share ONE transition function, :func:`gibbs_sweep`:
   coupling graph (networkx), which makes a chain or a 2D lattice two parallel
   half-sweeps. The built-in ``numpyro.infer.DiscreteGibbs`` re-evaluates the whole
   potential per spin (``O(n³)`` per sweep); here a sweep costs ``O(n²)`` per model.
-* :class:`IsingGibbsKernel` (:mod:`~isingattn.inference.gibbs_numpyro`): the kernel as a
+* :class:`IsingGibbsKernel` (:mod:`~isingattn.inference.mcmc.numpyro_kernel`): the kernel as a
   ``numpyro.infer.mcmc.MCMCKernel``, so ``numpyro.infer.MCMC`` supplies chains, warmup,
   thinning, the progress bar, ``get_samples`` and ``print_summary``, and
-  ``az.from_numpyro`` works (:mod:`~isingattn.inference.arviz_export`).
+  ``az.from_numpyro`` works (:mod:`~isingattn.inference.mcmc.arviz_export`).
 * :class:`Gibbs` (``inference.get("gibbs")``): the engine. One jitted loop over
   sweeps with the chains as a batch axis, for the whole model batch (every query of
   an attention layer at once). Same key => same chains as ``MCMC`` with
@@ -27,7 +27,7 @@ How a sweep is computed (each step measured on CPU, dense n = 64, 256 chains):
   (:mod:`isingattn.prng`, fused Threefry), and the sequential part only compares.
 * Dense ``J`` allows no parallel updates within a chain, so the systematic scan is
   sequential; its parallelism is over chains and models. It is the skeleton shared
-  with SQA (:mod:`isingattn.inference.sweep`): ``SWEEP_BLOCK`` spins at a time in
+  with SQA (:mod:`isingattn.inference.mcmc.sweep`): ``SWEEP_BLOCK`` spins at a time in
   spin-major layout, one GEMM for a block's exact fields, then the heat-bath block
   update (:func:`heat_bath_update`); 2x the spin-update rate of ``n`` rank-1 updates.
 
@@ -54,14 +54,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.coloring import SCHEDULES, as_classes, color_classes, schedule_classes  # noqa: F401
-from isingattn.inference.gibbs_kernel import (  # noqa: F401  (kernel moved; names kept importable here)
-    SWEEP_BLOCK,
-    GibbsInfo,
+from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes, schedule_classes
+from isingattn.inference.mcmc.gibbs_kernel import (
     GibbsState,
-    _class_table,
     gibbs_sweep,
-    heat_bath_update,
     init_spins,
     sweep_thresholds,
     sweep_with_thresholds,
@@ -70,8 +66,8 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import WORD, effective_sample_size, field_pinned, packed_spin_diagnostics, split_gelman_rubin
-from isingattn.engine import Engine, register
+from isingattn.diagnostics import WORD, field_pinned, packed_spin_diagnostics
+from isingattn.engine import Engine
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.marginals import Marginals
@@ -82,22 +78,6 @@ NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
 NOISE_CHUNK_ELEMENTS = 2**24
 SAMPLES_LIMIT_BYTES = 2**28  # keep_samples=None keeps float samples up to this size (256 MiB)
 
-__all__ = [
-    "GibbsState",
-    "GibbsInfo",
-    "gibbs_sweep",
-    "sweep_thresholds",
-    "sweep_with_thresholds",
-    "init_spins",
-    "color_classes",
-    "schedule_classes",
-    "split_gelman_rubin",
-    "effective_sample_size",
-    "IsingGibbsKernel",
-    "IsingMCMCState",
-    "Gibbs",
-    "to_inference_data",
-]
 
 
 # ---------------------------------------------------------------------------------
@@ -208,7 +188,6 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
 # ---------------------------------------------------------------------------------
 
 
-@register("gibbs")
 class Gibbs(Engine):
     """Heat-bath Gibbs sampling, vectorized over chains and the whole model batch.
 
@@ -368,16 +347,3 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
             converged=jnp.all(rhat < rhat_threshold, axis=-1),  # NaN (frozen) counts as not converged
         )
     return packed_sample_marginals(model, words, D, info, keep_samples=keep_samples, rao_blackwell=rao_blackwell)
-
-
-# The interop layers import this module, so they are re-exported on first access
-# (PEP 562) rather than imported here, which would be a cycle.
-_INTEROP = {"IsingGibbsKernel": "gibbs_numpyro", "IsingMCMCState": "gibbs_numpyro", "to_inference_data": "arviz_export"}
-
-
-def __getattr__(name):
-    if name in _INTEROP:
-        import importlib
-
-        return getattr(importlib.import_module(f"isingattn.inference.{_INTEROP[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
