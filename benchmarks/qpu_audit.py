@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     from isingattn import atomic
-    from isingattn.models import experiments
+    from isingattn.models.app import experiments
 
     warnings.simplefilter("ignore")  # the raw sampler warns that its reads have no temperature
     cells = {c.name: c for c in experiments.grid()}

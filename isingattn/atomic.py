@@ -89,7 +89,7 @@ def append_line(path: str, line: str) -> None:
 def sweep_orphans(folder: str) -> list[str]:
     """Remove temporary files that a killed writer left in ``folder``; returns their paths.
 
-    Call it only while holding the folder (:mod:`isingattn.runlock`), so that no live
+    Call it only while holding the folder (:mod:`isingattn.models.app.runlock`), so that no live
     writer's temporary file is removed."""
     found = glob.glob(os.path.join(glob.escape(folder), TMP_PREFIX + "*" + TMP_SUFFIX))
     for p in found:

@@ -18,7 +18,7 @@ import zipfile
 import jax
 import numpy as np
 
-from isingattn import checkpoint
+from isingattn.models import checkpoint
 from isingattn.engine import from_spec, to_spec
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.models.transformer import Config, Transformer
@@ -59,7 +59,7 @@ def _is_int(x) -> bool:
 
 
 def check_meta(meta, path: str) -> None:
-    """Raise :class:`~isingattn.checkpoint.CheckpointError` unless the training metadata of a
+    """Raise :class:`~isingattn.models.checkpoint.CheckpointError` unless the training metadata of a
     checkpoint (``step``, ``seed``, ``chars``, ``metrics``, ``train``) has the types training writes."""
     bad = lambda field, want, got: checkpoint.CheckpointError(
         f"{path}: metadata field {field!r} must be {want}; got {got!r}. The file was not written by isingattn "
@@ -127,7 +127,7 @@ def load_transformer(path: str, engine=None) -> tuple[Transformer, dict]:
     """The trained :class:`Transformer` in checkpoint ``path`` and its metadata.
 
     ``engine`` overrides the saved one (e.g. evaluate a Gibbs-trained model with Exact).
-    Raises :class:`~isingattn.checkpoint.CheckpointError` for a missing or corrupt file,
+    Raises :class:`~isingattn.models.checkpoint.CheckpointError` for a missing or corrupt file,
     invalid metadata, or arrays that do not match the metadata's config; the arrays are
     checked against the config before the model is built."""
     meta = checkpoint.read_meta(path)

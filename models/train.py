@@ -23,11 +23,12 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from isingattn import atomic, checkpoint
+from isingattn import atomic
+
+from isingattn.models import checkpoint
 from isingattn import validate as V
-from isingattn.engine import from_spec, to_spec
-from isingattn.errors import IsingInputError, IsingTypeError, RunFolderError, TrainingDivergedError
-from isingattn.models.saved import config_to_dict
+from isingattn.errors import IsingInputError, TrainingDivergedError
+from isingattn.models.runs import check_resumable, finished_in_log, prune_log, run_spec
 from isingattn.models.transformer import Config, Transformer
 from isingattn.sharding import replicate, shard_batch
 
@@ -142,105 +143,6 @@ def evaluate(model, tokens, targets, batch: int = 512, key=None, mesh=None) -> d
     return {"loss": tot_loss / max(tot_count, 1), "acc": tot_correct / max(tot_count, 1), "count": int(tot_count)}
 
 
-def run_spec(config: Config, tc: TrainConfig, seed: int, data: Optional[dict] = None) -> dict:
-    """Everything that defines one training run, as plain JSON: the model config (engine
-    included), the training config, the seed and the data settings. A checkpoint stores
-    it, and a resume into a different spec is refused (:func:`spec_differences`)."""
-    spec = {"model": config_to_dict(config), "train": dataclasses.asdict(tc), "seed": int(seed), "data": data or {}}
-    return json.loads(json.dumps(spec))  # tuples -> lists, as it reads back from disk
-
-
-def saved_spec(meta: dict) -> dict:
-    """The run spec a checkpoint was written for (older checkpoints: rebuilt from their fields)."""
-    if isinstance(meta.get("spec"), dict):
-        spec = meta["spec"]
-    else:
-        reserved = {"step", "seed", "metrics", "train", "model", "spec"}
-        spec = {"model": meta.get("model"), "train": meta.get("train"), "seed": meta.get("seed"),
-                "data": {k: v for k, v in meta.items() if k not in reserved}}
-    if isinstance(spec.get("train"), dict) and "weight_decay_on" not in spec["train"]:
-        spec = {**spec, "train": {**spec["train"], "weight_decay_on": "all"}}  # saved before the option existed
-    if isinstance(spec.get("model"), dict) and "n_layers" not in spec["model"]:
-        spec = {**spec, "model": {**spec["model"], "n_layers": 1}}  # saved before Config.n_layers: one layer
-    if isinstance(spec.get("model"), dict) and "rel_bias" not in spec["model"]:
-        spec = {**spec, "model": {**spec["model"], "rel_bias": False}}  # saved before Config.rel_bias
-    eng = spec.get("model", {}).get("engine") if isinstance(spec.get("model"), dict) else None
-    if isinstance(eng, dict) and isinstance(eng.get("config"), dict):  # engine options added since: their defaults
-        try:
-            full = to_spec(from_spec(eng))
-        except (IsingInputError, IsingTypeError, ValueError, ImportError):
-            full = None  # not rebuildable here: compared as saved
-        if full is not None and full.get("name") == eng.get("name"):
-            spec = {**spec, "model": {**spec["model"], "engine": {**eng, "config": {**full["config"], **eng["config"]}}}}
-    return spec
-
-
-def spec_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields where two specs differ, e.g. ``['train.lr: 0.003 -> 0.01']``."""
-    out = []
-    for k in sorted(set(saved) | set(wanted), key=str):
-        a, b, name = saved.get(k, "<absent>"), wanted.get(k, "<absent>"), f"{prefix}{k}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += spec_differences(a, b, name + ".")
-        elif a != b:
-            out.append(f"{name}: {_short(a)} -> {_short(b)}")
-    return out
-
-
-def _short(x) -> str:
-    text = json.dumps(x) if not isinstance(x, str) else repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def check_resumable(ckpt_path: str, spec: dict) -> dict:
-    """The metadata of checkpoint ``ckpt_path`` if it was written for ``spec``; else RunFolderError
-    naming the fields that differ and how to proceed."""
-    meta = checkpoint.read_meta(ckpt_path)
-    diff = spec_differences(saved_spec(meta), spec)
-    if diff:
-        raise RunFolderError(
-            f"{ckpt_path} belongs to a run with another configuration ({'; '.join(diff[:6])}"
-            f"{'; ...' if len(diff) > 6 else ''}). Write to a new --out, or pass --restart to discard the runs "
-            "in that folder and start over.")
-    step = meta.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= spec["train"]["steps"]:
-        raise checkpoint.CheckpointError(f"{ckpt_path}: its step {step!r} is not an integer in "
-                                         f"[0, {spec['train']['steps']}]; the file is corrupt or was edited.")
-    return meta
-
-
-def _prune_log(log_path: str, variant: str, seed: int, after: int) -> None:
-    """Drop this run's rows past step ``after``: a run killed between logging and
-    checkpointing repeats those evaluations, which must not appear twice."""
-    if not os.path.exists(log_path):
-        return
-    lines = open(log_path, encoding="utf-8").read().splitlines()
-    keep = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:  # a torn line from a writer killed mid-append (older versions appended in place)
-            continue
-        if not (rec.get("variant") == variant and rec.get("seed") == seed and rec.get("step", 0) > after):
-            keep.append(line)
-    if keep != lines:
-        atomic.write_text(log_path, "".join(line + "\n" for line in keep))
-
-
-def _finished_in_log(log_path: str, variant: str, seed: int, steps: int) -> Optional[dict]:
-    """``{"step", "metrics"}`` of this run's final row in ``log_path`` (step ``steps``), or None."""
-    if not os.path.exists(log_path):
-        return None
-    for line in open(log_path, encoding="utf-8"):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("variant") == variant and rec.get("seed") == seed and rec.get("step") == steps:
-            return {"step": steps, "metrics": rec}
-    return None
-
-
 def _scan_losses(losses: list) -> tuple:
     """``(first_bad_step or None, last_finite_step, last_finite_loss)`` over ``[(step, loss), ...]``.
 
@@ -318,7 +220,7 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
         (model, opt_state), _ = checkpoint.load(ckpt_path, (model, opt_state))
         start = saved["step"]
     if log_path:
-        _prune_log(log_path, config.variant, seed, start)
+        prune_log(log_path, config.variant, seed, start)
     if mesh is not None:
         model, opt_state = replicate((model, opt_state), mesh)
     put = jnp.asarray if mesh is None else functools.partial(shard_batch, mesh=mesh)
@@ -358,7 +260,7 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
                         f"loss is finite ({float(loss):.6g}); the model's outputs overflow. Lower the learning rate.")
                 bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
                 # log first: a kill between the two resumes from the previous checkpoint, and
-                # _prune_log then drops the row that is about to be repeated
+                # prune_log then drops the row that is about to be repeated
                 if log_path:
                     atomic.append_line(log_path, json.dumps(rec, allow_nan=False))
                 if ckpt_path:
@@ -395,7 +297,7 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
     Metrics go to ``out_dir/metrics.jsonl``, checkpoints to ``out_dir/ckpt-<variant>-s<seed>.npz``.
     With ``resume`` finished runs are read back and unfinished ones continue, after every
     existing checkpoint has been checked against its run's spec (nothing is trained or
-    written if one differs). The caller owns ``out_dir`` (``isingattn.runlock.FolderLock``).
+    written if one differs). The caller owns ``out_dir`` (``isingattn.models.app.runlock.FolderLock``).
     ``mesh``: see ``train``. ``logged``: variants whose finished rows in ``metrics.jsonl``
     stand for runs without a checkpoint (checkpoints are not committed, so a fresh clone
     of ``results/`` has only the log); the caller vouches that the log was written under
@@ -417,7 +319,7 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
         outer.set_postfix(seed=seed, variant=variant)
         done = saved.get((seed, variant))
         if done is None and variant in logged and not os.path.exists(ckpt(variant, seed)):
-            done = _finished_in_log(log_path, variant, seed, tc.steps)
+            done = finished_in_log(log_path, variant, seed, tc.steps)
         if done is not None and done["step"] >= tc.steps:
             results[variant][seed] = done["metrics"][metric]
             continue

@@ -327,10 +327,11 @@ def test_blocked_path_matches_sweep(n, w, causal, beta, seed, banded_kernel):
     its steps run as lax.scans) equals the per-spin sweep (path="sweep"), values and
     gradients, float64, and the result is the blocked path's own (within its underflow
     bound), not the sweep it falls back to."""
-    from isingattn.inference.banded.blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
+    from isingattn.inference.banded.band import block_len, CAUSAL_GROUPS
+    from isingattn.inference.banded.blocked import _blocked, _blocked_layout
     from isingattn.inference.exact.engine import LOST_MASS_TOL
 
-    L, k = _block_len(n, w)
+    L, k = block_len(n, w)
     if n > 30:
         assert -(-n // k) >= 2 * CAUSAL_GROUPS and n % k  # several steps per causal group, a partial last step
     rng = np.random.default_rng(seed)

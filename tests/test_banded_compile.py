@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from isingattn.inference.banded.blocked import CAUSAL_GROUPS, _block_len, _blocked, _blocked_layout
+from isingattn.inference.banded.band import block_len, CAUSAL_GROUPS
+from isingattn.inference.banded.blocked import _blocked, _blocked_layout
 
 
 def _count_eqns(jaxpr) -> int:
@@ -48,5 +49,5 @@ def test_blocked_program_does_not_grow_with_steps(causal, banded_kernel):
     steps): the same number of traced equations, forward and gradient, for the XLA graph and for
     the native kernel (one call). Unrolled steps (the old code) would double them."""
     w = 3
-    assert _block_len(40, w)[1] == 4 and 40 // 4 >= 2 * CAUSAL_GROUPS
+    assert block_len(40, w)[1] == 4 and 40 // 4 >= 2 * CAUSAL_GROUPS
     assert _blocked_program_size(40, w, causal) == _blocked_program_size(80, w, causal)

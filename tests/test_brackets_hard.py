@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from isingattn.errors import IsingInputError, RunFolderError
-from isingattn.models import brackets, experiments
+from isingattn.models import brackets
+from isingattn.models.app import experiments
 
 
 def _stack_match(row, k, interleaved):

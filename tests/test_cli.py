@@ -7,7 +7,7 @@ import os
 import equinox as eqx
 import numpy as np
 
-from isingattn.models.cli import main, run
+from isingattn.models.app.cli import main, run
 
 
 def test_train_brackets_end_to_end(tmp_path, capsys):
@@ -56,7 +56,7 @@ def test_restart_replaces_a_folder_that_holds_another_configuration(tmp_path, ca
 def test_analyze_writes_under_runs_not_next_to_the_checkpoint(tmp_path, capsys, monkeypatch):
     import jax
 
-    from isingattn import checkpoint
+    from isingattn.models import checkpoint
     from isingattn.models.saved import config_to_dict
     from isingattn.models.transformer import Config, Transformer
 
@@ -82,7 +82,7 @@ def test_train_brackets_hard_passes_its_data_options_to_the_cell(tmp_path, capsy
     """`train brackets-hard` trains the Cell its flags describe: the same numbers as
     run_cell on that Cell, the task's defaults where a flag is left out, and a bad
     value is one line with exit status 2."""
-    from isingattn.models.experiments import Cell, run_cell
+    from isingattn.models.app.experiments import Cell, run_cell
 
     flags = ["--seq-len", "7", "--types", "2", "--d-model", "8", "--seeds", "1", "--n-train", "60", "--n-test", "20",
              "--steps", "4", "--eval-every", "2", "--variants", "softmax", "--no-progress"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel
-from isingattn.models.cli import main
+from isingattn.models.app.cli import main
 from isingattn.compare import compare, format_table
 from isingattn.errors import IsingInputError
 from isingattn.inference.dimod import DimodEngine

@@ -8,12 +8,12 @@ import json
 import jax
 import pytest
 
-from isingattn import checkpoint
+from isingattn.models import checkpoint
 from isingattn.errors import IsingInputError
 from isingattn.inference import get
-from isingattn.models.cli import run
-from isingattn.models.evaluate import describe, evaluate_checkpoint
-from isingattn.models.experiments import cell_data, grid, select
+from isingattn.models.app.cli import run
+from isingattn.models.app.evaluate import describe, evaluate_checkpoint
+from isingattn.models.app.experiments import cell_data, grid, select
 from isingattn.models.saved import config_from_dict, load_transformer
 from isingattn.models.transformer import Transformer
 

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from isingattn import checkpoint
-from isingattn.models.cli import main
+from isingattn.models import checkpoint
+from isingattn.models.app.cli import main
 from isingattn.models.saved import config_to_dict, load_transformer
 from isingattn.models.transformer import Config, Transformer
 

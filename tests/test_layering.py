@@ -1,23 +1,111 @@
-"""Dependencies point one way: the core library never imports the command line or the
-experiments (they sit in isingattn.models, a layer above)."""
+"""The layers and what each entry point loads (DESIGN.md §2, "Layout").
 
+* ``import isingattn`` and building an engine by name load no sampler or analysis library:
+  numpyro, dimod, arviz and networkx load only with the engine or function that needs them.
+* No import cycles among the package's modules, counting imports inside functions.
+* The library (``isingattn``, ``isingattn.inference``, ``isingattn.models``) never imports the
+  application (``isingattn.models.app``), and production code never imports ``isingattn.testing``.
+"""
+
+import ast
+import pathlib
 import subprocess
 import sys
 
+import pytest
 
-def test_core_library_imports_nothing_from_the_application_layer():
-    code = ("import sys, isingattn, isingattn.inference, isingattn.compare, isingattn.analysis, isingattn.checkpoint, "
-            "isingattn.atomic, isingattn.runlock, isingattn.sharding, isingattn.fluctuation\n"
-            "bad = sorted(m for m in sys.modules if m.startswith('isingattn.models'))\n"
-            "print(bad)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", out
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HEAVY = ("numpyro", "dimod", "arviz", "networkx")
 
 
-def test_the_package_does_not_import_its_engines_to_register_them():
-    code = ("import sys, isingattn\n"
-            "print(sorted(m for m in sys.modules if m.startswith('isingattn.inference')))\n"
-            "from isingattn.engine import get\n"
-            "print(type(get('exact')).__name__, type(isingattn.inference.get('gibbs')).__name__)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == ["[]", "Exact Gibbs"], out
+def _loaded(code: str) -> list[str]:
+    """The top-level packages of HEAVY (and isingattn's own heavy layers) that ``code`` loads."""
+    probe = (f"{code}\nimport sys\n"
+             "top = {m.split('.')[0] for m in sys.modules}\n"
+             f"print(sorted(t for t in top if t in {HEAVY!r}))\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('isingattn.models', 'isingattn.testing'))))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    heavy, layers = out.stdout.strip().splitlines()
+    return eval(heavy), eval(layers)  # noqa: S307  (our own probe's printed lists)
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("import isingattn", []),
+    ("from isingattn import inference; inference.get('exact')", []),
+    ("from isingattn import inference; inference.get('banded'); inference.get('meanfield')", []),
+    ("from isingattn import inference; inference.get('gibbs'); inference.get('sqa')", []),
+    ("from isingattn import inference; inference.get('dqa')", []),
+    ("from isingattn import inference; inference.get('dimod', sampler=None)", ["dimod", "networkx"]),  # dimod loads networkx
+    ("from isingattn.inference.mcmc.numpyro_kernel import IsingGibbsKernel", ["numpyro"]),
+])
+def test_what_each_entry_point_loads(code, expected):
+    heavy, layers = _loaded(code)
+    assert [h for h in heavy if h in HEAVY] == expected, (code, heavy)
+    assert layers == [], (code, layers)
+
+
+def test_available_lists_engines_without_importing_them():
+    code = ("import sys\nfrom isingattn import inference\nnames = inference.available()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('isingattn.inference.')))\nprint(names)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    mods, names = out.stdout.strip().splitlines()
+    assert mods == "[]"
+    assert {"exact", "banded", "meanfield", "gibbs", "sqa", "dqa", "dimod"} <= set(eval(names))  # noqa: S307
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for top, pkg in (("isingattn", "isingattn"), ("inference", "isingattn.inference"), ("models", "isingattn.models")):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / top).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg] + parts)] = path
+    return out
+
+
+def _imports(mods: dict) -> dict[str, set]:
+    """module -> the package's modules it imports anywhere in its body (functions included)."""
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for t in targets:
+                if t in mods and t != name and not name.startswith(t + "."):  # a parent package is not a cycle
+                    deps.add(t)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_cycles_even_inside_functions():
+    graph = _imports(_modules())
+    state, cycles = {}, []
+
+    def visit(m, stack):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d, stack)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_library_never_imports_the_application_or_the_test_helpers():
+    graph = _imports(_modules())
+    bad = [(m, d) for m, deps in graph.items() for d in deps
+           if not m.startswith("isingattn.models.app") and m != "isingattn.testing"
+           and (d.startswith("isingattn.models.app") or d == "isingattn.testing")]
+    assert bad == []

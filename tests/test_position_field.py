@@ -12,7 +12,8 @@ from isingattn.attention import boltzmann_attention
 from isingattn.inference.exact import Exact
 from isingattn.models import Config, Transformer
 from isingattn.models.saved import config_from_dict, config_to_dict
-from isingattn.models.train import decay_mask, saved_spec
+from isingattn.models.train import decay_mask
+from isingattn.models.runs import saved_spec
 
 T, D = 5, 4
 
@@ -113,8 +114,8 @@ def test_rel_bias_is_a_field_bias_for_weight_decay_and_saves_in_the_config():
 
 
 def test_rel_bias_option_reaches_the_model_config():
-    from isingattn.models.cli import build_parser
-    from isingattn.models.cli_args import _cell_from_args
+    from isingattn.models.app.cli import build_parser
+    from isingattn.models.app.cli_args import _cell_from_args
 
     for argv, want in ((["--rel-bias"], True), ([], False)):
         args = build_parser().parse_args(["train", "brackets-hard", "--seq-len", "8", *argv])

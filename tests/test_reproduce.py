@@ -9,9 +9,9 @@ import pytest
 
 from isingattn.errors import IsingInputError
 
-from isingattn.models.cli import main
-from isingattn.models.experiments import Cell, grid, run_cell, select
-from isingattn.models.grid_report import write_report
+from isingattn.models.app.cli import main
+from isingattn.models.app.experiments import Cell, grid, run_cell, select
+from isingattn.models.app.grid_report import write_report
 
 TINY = dict(seeds=2, steps=40, eval_every=20, d_model=16, types=2, n_train=300, n_test=60)
 
@@ -92,7 +92,9 @@ def test_quick_reproduce_offline_runs_what_needs_no_download(tmp_path, monkeypat
     and named with how to enable them; the rest runs, the report is written, exit 0."""
     import urllib.request
 
-    from isingattn.models import experiments, shakespeare
+    from isingattn.models import shakespeare
+
+    from isingattn.models.app import experiments
 
     tiny = dict(seeds=1, steps=20, eval_every=20, d_model=8, batch_size=16)
     cells = [Cell("shakespeare", "shakespeare", 4, variants=("softmax",), **tiny),
@@ -137,7 +139,7 @@ def test_every_committed_cell_folder_matches_its_grid_cell():
     legacy value), so `reproduce` resumes them instead of refusing them."""
     import os
 
-    from isingattn.models.experiments import _check_cell, grid
+    from isingattn.models.app.experiments import _check_cell, grid
 
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "reproduce")
     checked = 0

@@ -16,10 +16,12 @@ import jax
 import numpy as np
 import pytest
 
-from isingattn import atomic, checkpoint
+from isingattn import atomic
+
+from isingattn.models import checkpoint
 from isingattn.errors import RunFolderError, TrainingDivergedError
-from isingattn.models.experiments import Cell, run_cell
-from isingattn.runlock import FolderLock
+from isingattn.models.app.experiments import Cell, run_cell
+from isingattn.models.app.runlock import FolderLock
 
 TINY = dict(variants=("softmax", "hJ"), seeds=1, steps=40, eval_every=10, d_model=8, types=2, n_train=200,
             n_test=40, batch_size=16)
@@ -32,7 +34,7 @@ CHILD = textwrap.dedent("""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     import numpy as np
     from isingattn import atomic
-    from isingattn.models.experiments import Cell, run_cell
+    from isingattn.models.app.experiments import Cell, run_cell
 
     kill = sys.argv[2]  # "", "savez:K" (inside the K-th checkpoint write), "replace:NAME:K"
                         # (the K-th rename onto NAME: its temporary file is complete, not yet in place)
@@ -219,11 +221,11 @@ def test_second_writer_is_refused_and_stale_locks_are_taken_over(tmp_path):
         with pytest.raises(RunFolderError, match="in use by another process.*pid"):
             run_cell(_cell(), out, progress=False)
         # a second process too (flock is per open file, and across processes)
-        code = ("import sys\nfrom isingattn.runlock import FolderLock\nfrom isingattn.errors import RunFolderError\n"
+        code = ("import sys\nfrom isingattn.models.app.runlock import FolderLock\nfrom isingattn.errors import RunFolderError\n"
                 f"try:\n    FolderLock({out!r}).acquire()\nexcept RunFolderError as e:\n    print('refused', e)\n")
         assert "refused" in subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     # a holder killed with SIGKILL leaves its lock file behind; the kernel dropped its lock
-    code = f"import os\nfrom isingattn.runlock import FolderLock\nFolderLock({out!r}).acquire()\nos.kill(os.getpid(), 9)\n"
+    code = f"import os\nfrom isingattn.models.app.runlock import FolderLock\nFolderLock({out!r}).acquire()\nos.kill(os.getpid(), 9)\n"
     assert subprocess.run([sys.executable, "-c", code]).returncode == -9
     assert os.path.exists(os.path.join(out, ".lock"))
     open(os.path.join(out, atomic.TMP_PREFIX + "x.json.1" + atomic.TMP_SUFFIX), "w").write("{")  # an orphan

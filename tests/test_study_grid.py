@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from isingattn.models import headline
-from isingattn.models.experiments import BAND, Cell, grid, select
-from isingattn.models.cells import baseline, load_cells
-from isingattn.models.grid_report import _rows, _sample_tokens, write_report
-from isingattn.models.report import mean_ci
+from isingattn.models.app import headline
+from isingattn.models.app.experiments import BAND, Cell, grid, select
+from isingattn.models.app.cells import baseline, load_cells
+from isingattn.models.app.grid_report import _rows, _sample_tokens, write_report
+from isingattn.models.app.report import mean_ci
 
 
 def test_study_cells_are_declared_as_issue_13_asks():
@@ -125,9 +125,9 @@ def test_the_report_reads_only_finished_runs(tmp_path):
     report's learned J, curves and wall time take only the runs in results.json."""
     import jax
 
-    from isingattn import checkpoint
+    from isingattn.models import checkpoint
     from isingattn.models import Config, Transformer
-    from isingattn.models.grid_report import _hj_couplings
+    from isingattn.models.app.grid_report import _hj_couplings
     from isingattn.models.saved import config_to_dict
 
     cell = Cell("brackets-hard", "brackets-hard", 8, variants=("hJ",))
@@ -152,9 +152,9 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
     files); seed 2 has a checkpoint here. The report adds seed 2 and loses nothing."""
     import jax
 
-    from isingattn import checkpoint
+    from isingattn.models import checkpoint
     from isingattn.models import Config, Transformer
-    from isingattn.models.grid_report import _attention_weights, _hj_couplings
+    from isingattn.models.app.grid_report import _attention_weights, _hj_couplings
     from isingattn.models.saved import config_to_dict
 
     cell = Cell("brackets-hard", "brackets-hard", 8, variants=("softmax", "hJ"))
@@ -185,7 +185,7 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
 def test_curves_keep_the_final_whole_set_evaluation_off_the_line(tmp_path):
     # Shakespeare's periodic evaluations use the first eval_limit held-out examples and the final one all of them:
     # one line through both would show a jump at the last step that is a change of data, not of the model.
-    from isingattn.models.curves import logged_curves
+    from isingattn.models.app.curves import logged_curves
 
     cell = Cell("shakespeare-long", "shakespeare", 32, variants=("hJ",), seeds=2, steps=300)
     folder = tmp_path / cell.name

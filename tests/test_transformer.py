@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from isingattn.models import Config, Transformer
-from isingattn.models.report import mean_ci, summary_rows
+from isingattn.models.app.report import mean_ci, summary_rows
 from isingattn.models.train import masked_xent
 
 

@@ -72,7 +72,7 @@ def test_committed_one_layer_checkpoint_loads_and_evaluates_as_trained():
     # results/reproduce/brackets/T8/model-hJ-s0.npz was trained and evaluated by the one-layer code. Its
     # metadata has no n_layers; loaded now, it must give the J that learned-J.json recorded and the test
     # accuracy its metadata recorded, on the same regenerated test set.
-    from isingattn.models.experiments import cell_data, grid, select
+    from isingattn.models.app.experiments import cell_data, grid, select
     from isingattn.models.saved import load_transformer
     from isingattn.models.train import evaluate
 
@@ -96,9 +96,9 @@ def test_committed_cell_and_checkpoint_spec_still_match_one_layer():
     # A folder trained before n_layers existed: its cell.json (no "layers") and its run spec (no
     # model.n_layers) are one-layer, so the grid's cell resumes there; a 2-layer cell is refused.
     # (T12, not T8: T8's cell.json also predates J_param, which LEGACY_CELL does not fill in.)
-    from isingattn.checkpoint import read_meta
-    from isingattn.models.experiments import _check_cell, cell_data, grid, select
-    from isingattn.models.train import run_spec, saved_spec, spec_differences
+    from isingattn.models.checkpoint import read_meta
+    from isingattn.models.app.experiments import _check_cell, cell_data, grid, select
+    from isingattn.models.runs import run_spec, saved_spec, spec_differences
 
     folder = os.path.join(ROOT, "results", "reproduce", "brackets", "T12")
     cell = select(grid(), "brackets", 12, ffn=True)[0]
@@ -226,8 +226,8 @@ def test_query_model_reads_the_chosen_layer():
 
 
 def test_layers_option_reaches_the_model_config():
-    from isingattn.models.cli import build_parser
-    from isingattn.models.cli_args import _cell_from_args
+    from isingattn.models.app.cli import build_parser
+    from isingattn.models.app.cli_args import _cell_from_args
 
     args = build_parser().parse_args(["train", "brackets", "--layers", "2", "--heads", "4", "--d-model", "16"])
     cell = _cell_from_args(args, "brackets")

@@ -27,7 +27,7 @@ when some model needs it):
   (e.g. |h|, |J| ~ 1e2 competing in float32), and then for the whole batch.
 
 Sparse couplings (an edge list) enter only through the band ``J_{t, t-d}``, ``d ≤ w``,
-scattered from the edges (``_band``): O(n w) memory, so a lattice strip of any length works.
+scattered from the edges (``band``): O(n w) memory, so a lattice strip of any length works.
 
 Cost ``O(n 2^w)`` per query (plus ``O(n 2^w w)`` per distinct ``J`` for the tables),
 as ``lax.scan`` sweeps batched over all queries. Memory: the sweep keeps the forward
@@ -46,11 +46,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.banded.blocked import (
-    _band,
-    _blocked,
-    _blocked_layout,
-)
+from isingattn.inference.banded.band import band
+from isingattn.inference.banded.blocked import _blocked, _blocked_layout
 from isingattn.inference.exact.engine import LOST_MASS_TOL
 from jax import lax
 
@@ -131,7 +128,7 @@ class Banded(Engine):
 
     exact: ClassVar[bool] = True
     native_causal: ClassVar[bool] = True  # causal queries are swept over their own prefix (_blocked)
-    sparse_native: ClassVar[bool] = True  # the band is scattered from the edges (_band)
+    sparse_native: ClassVar[bool] = True  # the band is scattered from the edges (band)
     bandwidth: Optional[int] = eqx.field(static=True, default=8, converter=V.plain)
     corr: bool = eqx.field(static=True, default=False, converter=V.plain)
     path: str = eqx.field(static=True, default="auto")
@@ -171,7 +168,7 @@ class Banded(Engine):
 
 def _solve(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> Marginals:
     h, J, beta = model.h, model.J, model.beta
-    if isinstance(J, SparseCouplings):  # static: an edge beyond the band would be dropped by _band
+    if isinstance(J, SparseCouplings):  # static: an edge beyond the band would be dropped by band
         if J.graph.bandwidth > w:
             raise IsingInputError(_band_message(w, J.graph.bandwidth))
     else:
@@ -246,7 +243,7 @@ def _chain(h, J, act, user_mask, w):
     with free spins to whole blocks."""
     n, dt = h.shape[-1], h.dtype
     batch = jnp.broadcast_shapes(h.shape[:-1], J.shape[:-2], *(() if m is None else m.shape[:-1] for m in (act, user_mask)))
-    Jw = _band(J, w)  # [..J, n, w]
+    Jw = band(J, w)  # [..J, n, w]
     if user_mask is not None:
         # a masked spin is removed from the couplings of the spins after it; the mask
         # of spin t itself is applied to its whole step (a_t).

@@ -32,6 +32,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from isingattn.inference.banded.band import band
 
 SOURCE = Path(__file__).with_name("native.cc")
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno"]
@@ -130,8 +131,6 @@ def _core(lengths: np.ndarray):
 def native(h, J, beta, w: int, causal: bool, layout):
     """``mean [*batch, n]``, ``log_z [*batch]`` and ``lost [*batch]`` as :func:`banded_vjp.blocked` returns
     them, from the native kernel. ``layout`` from ``_blocked_layout``."""
-    from isingattn.inference.banded.blocked import _band
-
     batch, jb, _ = layout
     dt = h.dtype
     n = h.shape[-1]
@@ -142,7 +141,7 @@ def native(h, J, beta, w: int, causal: bool, layout):
     G = int(np.prod([batch[d] for d in vary], dtype=np.int64))
     R = int(np.prod([batch[d] for d in rest], dtype=np.int64))
     hb = jnp.transpose(jnp.broadcast_to(h, batch + (n,)), order + [nd]).reshape(G * R, n)
-    jw = _band(J, w).reshape(G, n, w)  # J's shared dims have size 1
+    jw = band(J, w).reshape(G, n, w)  # J's shared dims have size 1
     if causal:  # the last batch dim is the query: query i sees spins 0..i
         lengths = np.tile(np.arange(1, n + 1, dtype=np.int32), G * R // n)
     else:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from isingattn.inference.banded.band import CAUSAL_GROUPS
 from jax import lax
-
-from isingattn.inference.banded.blocked import CAUSAL_GROUPS
 
 # causal: groups of steps, each over the rows still live at its start: work (1 + 1/G)/2 of full chains, and
 # G scans per pass to compile. Chains of 32 steps or more (T = 128 at w = 8) get twice banded_blocked's.

@@ -56,10 +56,11 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from isingattn.inference.banded.band import band, block_len
+from isingattn.inference.banded.plan import Plan, tree_sum
 from jax import lax
 
 from isingattn.energy import spin_table
-from isingattn.inference.banded.plan import Plan, tree_sum
 
 CHUNK_BYTES = 1 << 18  # messages per step and chunk of rows (L2-sized): buffers reused chunk after chunk
 
@@ -363,12 +364,10 @@ def blocked(h, J, beta, w: int, causal: bool, layout):
     """Exact ``mean [*batch, n]``, ``log_z [*batch]`` and the underflow bound ``lost [*batch]`` (log of
     the relative mass lost, as ``Banded``'s sweep reports it) of the models ``(h, J, beta)``, by the
     blocked forward–backward with the hand-written VJP. ``layout`` from ``_blocked_layout`` (not None)."""
-    from isingattn.inference.banded.blocked import _band, _block_len
-
     batch, jb, _ = layout
     dt = h.dtype
     n = h.shape[-1]
-    L, k = _block_len(n, w)
+    L, k = block_len(n, w)
     nb = 2 * -(-n // (2 * k))  # an even number of steps: the scans take them in pairs
     N = nb * k
     nd = len(batch)
@@ -378,7 +377,7 @@ def blocked(h, J, beta, w: int, causal: bool, layout):
     Gs, Rs = tuple(batch[d] for d in vary), tuple(batch[d] for d in shared)
     G, R = int(np.prod(Gs, dtype=np.int64)), int(np.prod(Rs, dtype=np.int64))
     hb = jnp.transpose(jnp.broadcast_to(h, batch + (n,)), order + [nd])
-    Jw = _band(J, w).reshape(Gs + (n, w)).reshape(G, n, w)  # J's shared dims have size 1
+    Jw = band(J, w).reshape(Gs + (n, w)).reshape(G, n, w)  # J's shared dims have size 1
     beta = jnp.asarray(beta, dt)
     O, RC = (k, nb) if causal else (1, 1)
     # rows per chunk: about CHUNK_BYTES of messages per step (whole sequences when causal)

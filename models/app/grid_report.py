@@ -17,10 +17,12 @@ from typing import Optional
 import jax
 import numpy as np
 
-from isingattn import analysis, atomic, checkpoint
-from isingattn.models import curves, headline
-from isingattn.models.cells import baseline, load_cells, paired, scale, sibling
-from isingattn.models.report import fmt, mean_ci
+from isingattn import analysis, atomic
+
+from isingattn.models import checkpoint
+from isingattn.models.app import curves, headline
+from isingattn.models.app.cells import baseline, load_cells, paired, scale, sibling
+from isingattn.models.app.report import fmt, mean_ci
 
 # The paper's reference numbers (DESIGN.md §2), quoted next to ours.
 PAPER = {

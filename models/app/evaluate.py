@@ -18,11 +18,11 @@ from typing import Optional
 
 import jax
 
-from isingattn import checkpoint
+from isingattn.models import checkpoint
 from isingattn.engine import to_spec
 from isingattn.errors import IsingInputError
-from isingattn.models.experiments import task_data
-from isingattn.models.report import mean_ci
+from isingattn.models.app.experiments import task_data
+from isingattn.models.app.report import mean_ci
 from isingattn.models.saved import load_transformer
 from isingattn.models.train import evaluate
 

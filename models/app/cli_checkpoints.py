@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from isingattn.models.cli_args import _check_writable, _engine_from_args, _error
+from isingattn.models.app.cli_args import _check_writable, _engine_from_args, _error
 
 
 def _analysis_folder(checkpoint: str) -> str:
@@ -60,7 +60,7 @@ def _analyze(args) -> int:
 
 def _evaluate(args) -> int:
     from isingattn import atomic
-    from isingattn.models.evaluate import describe, evaluate_checkpoint
+    from isingattn.models.app.evaluate import describe, evaluate_checkpoint
 
     if args.json:
         _check_writable(args.json, "--json", is_file=True)

@@ -13,7 +13,7 @@ import math
 import os
 from typing import Optional
 
-from isingattn.models.report import mean_ci
+from isingattn.models.app.report import mean_ci
 
 # Parts paired against one variant of another part's exact-engine cell (same task, T, FFN, steps, shape) rather
 # than softmax: (reference part, variant, label). Where no such cell exists, the row falls back to softmax.
@@ -67,7 +67,7 @@ def finished(cell) -> set:
 
 
 def scale(cell) -> float:
-    from isingattn.models.experiments import METRIC
+    from isingattn.models.app.experiments import METRIC
 
     return METRIC[cell["task"]][2]
 

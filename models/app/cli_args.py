@@ -198,7 +198,7 @@ def _check_train_args(args) -> None:
 
 
 def _cell_from_args(args, task: str):
-    from isingattn.models.experiments import Cell
+    from isingattn.models.app.experiments import Cell
 
     extra = {}
     if task in ("brackets", "brackets-hard"):
@@ -219,7 +219,7 @@ def _cell_from_args(args, task: str):
 
 def _check_reproduce_args(args) -> None:
     """``reproduce``'s names against the grid, and its output folder, before any cell runs."""
-    from isingattn.models.experiments import grid
+    from isingattn.models.app.experiments import grid
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
     _check_writable(root, "--out")

@@ -14,15 +14,15 @@ import os
 import sys
 import time
 
-from isingattn.models.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
+from isingattn.models.app.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
                                       _check_train_args, _check_writable, _engine_from_args, _error, _names,
                                       _nonnegative_float, _nonnegative_int, _positive_float, _positive_int,
                                       _variant_list, add_bracket_data_options)
-from isingattn.models.cli_checkpoints import _analyze, _evaluate, _export_bqm
+from isingattn.models.app.cli_checkpoints import _analyze, _evaluate, _export_bqm
 
 
 def _train(args) -> int:
-    from isingattn.models.experiments import run_cell, write_summary
+    from isingattn.models.app.experiments import run_cell, write_summary
 
     _check_train_args(args)
     cell = _cell_from_args(args, args.task)
@@ -44,8 +44,8 @@ def _train(args) -> int:
 
 def _reproduce(args) -> int:
     _check_reproduce_args(args)
-    from isingattn.models.experiments import grid, run_cell, select, write_summary
-    from isingattn.models.grid_report import write_report
+    from isingattn.models.app.experiments import grid, run_cell, select, write_summary
+    from isingattn.models.app.grid_report import write_report
     from isingattn.models.shakespeare import HOW_TO_ENABLE, DataUnavailable
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
@@ -376,7 +376,7 @@ def main(argv=None) -> int:
 def run(argv=None) -> int:
     """The console script: bad input ends with one line on stderr and exit status 2, not a
     traceback. Only the errors bad input raises are caught (a bug still shows its traceback)."""
-    from isingattn.checkpoint import CheckpointError
+    from isingattn.models.checkpoint import CheckpointError
     from isingattn.errors import IsingInputError, IsingTypeError
     from isingattn.models.shakespeare import DataError
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.cells import finished, reference, scale
+from isingattn.models.app.cells import finished, reference, scale
 
 STYLE = {"softmax": ("C0", "o", "-"), "hJ": ("C3", "s", "--"), "h": ("C2", "^", "-."), "J": ("C7", "v", ":")}
 MIN_SPAN = {"test_acc": 10.0, "test_ppl": 0.5}  # the least y-range of a curve panel: no cliff from a 0.1 change

@@ -24,11 +24,12 @@ from isingattn import validate as V
 from isingattn.engine import get
 from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models import brackets, shakespeare
-from isingattn.models.report import markdown_table, summary_rows
+from isingattn.models.app.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
-from isingattn.models.train import TrainConfig, compare_variants, run_spec, saved_spec, spec_differences
+from isingattn.models.train import compare_variants, TrainConfig
+from isingattn.models.runs import run_spec, saved_spec, spec_differences
 from isingattn.models.transformer import Config
-from isingattn.runlock import FolderLock
+from isingattn.models.app.runlock import FolderLock
 
 VARIANTS = ("softmax", "hJ", "h", "J")
 METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0),

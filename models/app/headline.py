@@ -1,7 +1,7 @@
 """The paper's central claim plotted: hJ's paired gain over softmax, with its 95% CI, against T; below it,
 hJ's gain over h (sigmoid attention, J = 0), which says whether that gain is J's.
 
-Built from the rows of :mod:`isingattn.models.grid_report` (one per finished cell), so it is
+Built from the rows of :mod:`isingattn.models.app.grid_report` (one per finished cell), so it is
 regenerated with every report and never drawn by hand.
 """
 
@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.report import t975
+from isingattn.models.app.report import t975
 
 # (panel title, parts, the sign that makes up "hJ better", y label with the comparison's name)
 PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positional"), +1.0,
