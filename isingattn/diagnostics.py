@@ -143,6 +143,19 @@ def field_pinned(h, J, beta, num_draws: int, active=None):
     return (margin > 0) & (1 - jnp.tanh(beta * margin) <= 1.0 / num_draws)
 
 
+def known_constant(h, J, beta, plus, num_draws: int, active=None):
+    """``[..., n]``: spins whose constant draws are the right answer without any mixing, the
+    one rule of every sampler's ``frozen`` diagnostic: inactive spins (held at 0; ``active``
+    None: every spin is active), and spins pinned by their own field (:func:`field_pinned`)
+    whose constant draw has the sign of ``h`` (``plus [..., n]``: the draw is +1). Any other
+    spin that never changed is frozen: chains that did not move are no evidence of mixing."""
+    plus = jnp.asarray(plus)
+    inactive = jnp.zeros(plus.shape, bool) if active is None else ~jnp.broadcast_to(active, plus.shape)
+    pinned = jnp.broadcast_to(field_pinned(h, J, beta, num_draws, active), plus.shape)
+    right_sign = jnp.where(plus, 1.0, -1.0) * jnp.sign(h) > 0
+    return inactive | (pinned & right_sign)
+
+
 # ---------------------------------------------------------------------------------
 # Spin draws: the same estimators, from exact counts on draws packed 32 to a word
 # ---------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from isingattn.marginals import Marginals
 from isingattn.inference.exact import Exact
 
 N, Q, BETA = 5, 3, 0.5
-NAMES = inference.available()
 
 # Small, fast settings. An engine not listed runs with its defaults.
 FAST = {
@@ -34,8 +33,23 @@ FAST = {
     "sqa": dict(num_sweeps=40, trotter=4, num_reads=512, thermal_sweeps=40),
     "dqa": dict(num_shots=2048, calibration_steps=1, kl_max_n=0),
     "dimod": dict(num_reads=512, num_sweeps=40),
-    **{name: dict(tol=1e-12, max_iter=2000) for name in NAMES if name.startswith("meanfield")},
+    **{name: dict(tol=1e-12, max_iter=2000) for name in inference.available() if name.startswith("meanfield")},
 }
+
+
+def _distinct_engines() -> list[str]:
+    """One entry per engine: a registered name that builds the same engine as an earlier one
+    (``meanfield`` is ``meanfield-bp`` with the default method) is not run twice."""
+    seen, names = [], []
+    for name in sorted(inference.available(), key=lambda n: (len(n), n), reverse=True):  # aliases with the method first
+        eng = inference.get(name, **FAST.get(name, {}))
+        if not any(eng == other for other in seen):
+            seen.append(eng)
+            names.append(name)
+    return sorted(names)
+
+
+NAMES = _distinct_engines()
 
 # Mean-field error bounds (means and gradients) on the models below, β·max|J| = 0.2: BP is
 # exact on trees (the chain); naive mean field errs at O((βJ)²) and TAP at O((βJ)³)

@@ -125,8 +125,9 @@ class IsingSampler(dimod.Sampler):
 # SQASampler's settings; beta=None and gamma_schedule=None mean "the mode's default": in
 # thermal mode the fixed values below, in anneal mode derived from the BQM (anneal_beta,
 # anneal_gamma_schedule).
+# mode="anneal": an Ocean sampler is an optimizer unless told otherwise (dwave-samplers' SA, openjij, a QPU)
 _SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=None, beta=None,
-                     mode="thermal", thermal_sweeps=100, global_moves=True)
+                     mode="anneal", thermal_sweeps=100, global_moves=True)
 THERMAL_BETA = 1.0
 THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
 
@@ -190,9 +191,11 @@ class SQASampler(IsingSampler):
 
     ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
     them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
-    ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"thermal"``:
-    samples ``exp(-β E_bqm)``; ``"anneal"``: ground-state search, lowest-energy replica
-    per read), ``thermal_sweeps``, ``global_moves`` and ``seed``.
+    ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"anneal"``, the
+    default: ground-state search, lowest-energy replica per read, as every sampler of the
+    Ocean ecosystem is an optimizer by default; ``"thermal"``: samples ``exp(-β E_bqm)``),
+    ``thermal_sweeps``, ``global_moves`` and ``seed``. The :class:`~isingattn.inference.mcmc.SQA`
+    engine that attention uses is unaffected: it samples at the model's β.
 
     ``beta`` and ``gamma_schedule`` default to None, which means:
 

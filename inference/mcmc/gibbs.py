@@ -47,14 +47,13 @@ models mix slowly (single-spin moves): check ``info["r_hat"]`` / ``info["ess"]``
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar, Optional
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes, schedule_classes
+from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
 from isingattn.inference.mcmc.gibbs_kernel import (
     GibbsState,
     gibbs_sweep,
@@ -66,8 +65,8 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import WORD, field_pinned, packed_spin_diagnostics
-from isingattn.engine import Engine
+from isingattn.diagnostics import WORD, known_constant, packed_spin_diagnostics
+from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.marginals import Marginals
@@ -188,7 +187,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
 # ---------------------------------------------------------------------------------
 
 
-class Gibbs(Engine):
+class Gibbs(ColouredSweep):
     """Heat-bath Gibbs sampling, vectorized over chains and the whole model batch.
 
     Config (static): ``num_warmup`` discarded sweeps; ``num_samples`` sweeps after
@@ -221,7 +220,7 @@ class Gibbs(Engine):
       ``corr`` (always) is the sample second moment, counted the same way
       (:func:`isingattn.fluctuation.spin_second_moment`).
       Inactive spins, and spins pinned by a field that outweighs all their couplings
-      (:func:`_known_spins`), report ``r_hat = 1``, ``ess = chains·draws``, ``mcse = 0``.
+      (:func:`isingattn.diagnostics.known_constant`), report ``r_hat = 1``, ``ess = chains·draws``, ``mcse = 0``.
     * ``frozen [*batch, n]`` (with ``diagnostics``): any other active spin that never
       changed in any draw of any chain. It gets ``r_hat = ess = mcse = NaN``: chains
       that never move are no evidence of mixing (e.g. ``|J| = 1e3``, all chains stuck
@@ -269,18 +268,8 @@ class Gibbs(Engine):
     sparse_native: ClassVar[bool] = True  # colour-class sweeps on the edge list (O(E) per sweep)
     spin_info: ClassVar[tuple] = ("r_hat", "ess", "mcse", "frozen")
 
-    def _prepare(self, model: IsingModel) -> Engine:
-        """The update classes, from the concrete ``J`` (:func:`schedule_classes`). A dense
-        'colored' run becomes the systematic one and shares its compiled program."""
-        classes = schedule_classes(self.schedule, model.J, self.colors)
-        if classes is None:
-            return dataclasses.replace(self, schedule="systematic", colors=None)
-        return dataclasses.replace(self, schedule="colored", colors=classes)  # sparse J: always by classes
-
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
-        classes = self.colors if self.schedule == "colored" else None
-        if classes is not None:  # a causal bucket's spins 0..n-1: the restricted colouring stays proper
-            classes = tuple(c for c in (tuple(i for i in c if i < model.n) for c in classes) if c)
+        classes = self._sweep_classes(model)
         return _gibbs_marginals(model, key, (self.num_warmup, self.num_samples, self.num_chains, self.thin,
                                              self.diagnostics, float(self.rhat_threshold), classes,
                                              bool(self.rao_blackwell), self._keeps_samples(model)))
@@ -304,20 +293,6 @@ class Gibbs(Engine):
                 "info['converged'], info['r_hat'], info['frozen'], info['flip_rate'].")
 
 
-def _known_spins(model: IsingModel, h, J, beta, first, num_draws: int):
-    """``[*batch, n]``: spins whose constant draws are the right answer without any
-    mixing: inactive spins (held at 0), and spins pinned by their own field
-    (:func:`isingattn.diagnostics.field_pinned`) whose draws have the sign of ``h``
-    (``first [*batch, n]``: chain 0's first draw is +1). Any other spin that never
-    changed is frozen: its chains did not move, so they are no evidence of convergence."""
-    batch_n = first.shape
-    act = model.active()
-    inactive = jnp.zeros(batch_n, bool) if act is None else ~jnp.broadcast_to(act, batch_n)
-    pinned = field_pinned(h, J, beta, num_draws, act)
-    right_sign = jnp.where(first, 1.0, -1.0) * jnp.sign(h) > 0
-    return inactive | (jnp.broadcast_to(pinned, batch_n) & right_sign)
-
-
 def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     (num_warmup, num_samples, num_chains, thin, diagnostics, rhat_threshold, classes, rao_blackwell,
      keep_samples) = config
@@ -335,7 +310,7 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     words = words.reshape(words.shape[:2] + (-1,))  # [D/32, C, F]
     if diagnostics:
         first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
-        known = _known_spins(model, h, J, beta, first, C * D)  # [*batch, n]
+        known = known_constant(h, J, beta, first, C * D, model.active())  # [*batch, n]
         # split R-hat, ESS and MCSE from exact counts on the packed spins, not an FFT of every draw
         stats = packed_spin_diagnostics(words, D, known.reshape(-1), dtype=dtype)  # NaN for a frozen spin
         rhat, ess, err, const = (v.reshape(batch + (n,)) for v in stats)

@@ -62,7 +62,6 @@ Measured against openjij's C++ SQASampler (one thread) in benchmarks/sqa_grounds
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 from typing import ClassVar, Optional
 
@@ -80,14 +79,14 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import field_pinned, split_gelman_rubin
+from isingattn.diagnostics import known_constant, split_gelman_rubin
 from isingattn.energy import energy
-from isingattn.engine import Engine
+from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.inference.mcmc.coloring import SCHEDULES as SWEEP_SCHEDULES
-from isingattn.inference.mcmc.coloring import as_classes, schedule_classes
+from isingattn.inference.mcmc.coloring import as_classes
 from isingattn.model import IsingModel
 from isingattn.sparse import insert_batch_axis
 
@@ -106,16 +105,6 @@ def check_config(*, num_sweeps, trotter, gamma_schedule, mode, num_reads, therma
     if not isinstance(mode, str) or mode not in MODES:
         raise IsingInputError(f"mode must be one of {MODES}; got {mode!r}. 'thermal' samples exp(-βE), 'anneal' searches ground states.")
     _check_schedule(gamma_schedule)
-
-
-def _frozen_spins(h, J, beta, up, down, num_draws: int):
-    """``[..., n]``: spins that took one value in every read and tail sweep (``up``/``down``:
-    ever +1 / ever -1), other than spins pinned by their own field
-    (:func:`isingattn.diagnostics.field_pinned`) holding ``sign h_i``, whose constant value
-    is the right answer without mixing (the rule of Gibbs' ``_known_spins``)."""
-    pinned = field_pinned(h, J, beta, num_draws)
-    right = jnp.where(up, 1.0, -1.0) * jnp.sign(h) > 0
-    return (up != down) & ~(pinned & right)
 
 
 @partial(jax.jit, static_argnames=("num_reads", "trotter", "num_sweeps", "gamma_schedule", "mode",
@@ -188,7 +177,7 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
                                                           False, True)
             s1 = tail.spins
             up, down = (jnp.any(x, axis=0) for x in (up, down))  # [T, *batch, n] -> [*batch, n]
-            frozen = _frozen_spins(h, J, beta, up, down, R * thermal_sweeps)
+            frozen = (up != down) & ~known_constant(h, J, beta, up, R * thermal_sweeps)
             Etrace = jnp.swapaxes(Etrace[..., 0], 0, 1)  # [T, R, ...] -> [R, T, ...]
             # a constant energy is known to be mixed only when no spin is frozen
             rhat = split_gelman_rubin(Etrace, known=~jnp.any(frozen, axis=-1))
@@ -215,7 +204,7 @@ def _as_tuple(x):
     return tuple(V.plain(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
-class SQA(Engine):
+class SQA(ColouredSweep):
     """Path-integral simulated quantum annealing (see the module docstring).
 
     Config (static):
@@ -275,13 +264,6 @@ class SQA(Engine):
     sparse_native: ClassVar[bool] = True  # colour-class sweeps on the edge list
     spin_info: ClassVar[tuple] = ("frozen",)
 
-    def _prepare(self, model: IsingModel) -> Engine:
-        """The update classes (:func:`~isingattn.inference.mcmc.coloring.schedule_classes`, as Gibbs)."""
-        classes = schedule_classes(self.schedule, model.J, self.colors)
-        if classes is None:
-            return dataclasses.replace(self, schedule="systematic", colors=None)
-        return dataclasses.replace(self, schedule="colored", colors=classes)
-
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         if self.beta is not None:
             model = eqx.tree_at(lambda m: m.beta, model, jnp.asarray(self.beta, model.dtype))
@@ -290,7 +272,7 @@ class SQA(Engine):
         samples, info = sqa_sample(key, sg(h), sg(J), sg(model.beta), num_reads=self.num_reads, trotter=self.trotter,
                                    num_sweeps=self.num_sweeps, gamma_schedule=tuple(self.gamma_schedule),
                                    mode=self.mode, thermal_sweeps=self.thermal_sweeps, global_moves=self.global_moves,
-                                   classes=self.colors if self.schedule == "colored" else None)
+                                   classes=self._sweep_classes(model))
         return sample_marginals(model, samples, info, rao_blackwell=self.rao_blackwell)
 
     def _warning(self, flag, info, bad, total) -> str:  # info["converged"]: thermal mode only
