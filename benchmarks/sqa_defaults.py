@@ -11,7 +11,7 @@ when ``E ≤ E0 + 1e-9 max(1, |E0|)``. Every sampler gets ``--num-reads`` reads 
 and nothing else: its defaults. Seeds: ours and dwave's take ``seed = i``; openjij restarts
 every read of one call from the same integer seed (identical reads), so it is called once
 per read with ``seed = 1000 i + r``. The same instances and seeds as
-``tests/test_sqa_defaults.py``.
+``tests/inference/dimod/test_sqa_sampler_defaults.py``.
 
 Wall time is per sampler over all instances. Ours is timed after one warm-up call that
 compiles (reported separately); every instance then shares that compilation.

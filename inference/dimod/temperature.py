@@ -17,7 +17,7 @@ Two implementations of the same convex objective:
   ``split=True``) and a bootstrap over reads for the confidence interval. What DimodEngine
   reports and calibrates with; needs ``pip install "isingattn[qpu]"`` (dwave-system).
 
-The tests check that the two agree on the same samples (``tests/test_temperature.py``).
+The tests check that the two agree on the same samples (``tests/inference/dimod/test_temperature.py``).
 
 The bootstrap is ours, not dwave-system's: ``maximum_pseudolikelihood(...,
 num_bootstrap_samples=B)`` (1.36) draws ``B`` reads per resample instead of as many reads as

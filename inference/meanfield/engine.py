@@ -34,7 +34,7 @@ transition; raise ``damping`` towards 1 for hard models (slower, but it tames th
 oscillations of the parallel update), lower it towards 0 for speed on easy ones, and
 check ``info["converged"]``.
 
-Accuracy (tests/test_meanfield.py; dense n=16, ``J ~ N(0, 1/n)``, ``h ~ N(0, 1)``, β=1,
+Accuracy (tests/inference/meanfield/test_meanfield.py; dense n=16, ``J ~ N(0, 1/n)``, ``h ~ N(0, 1)``, β=1,
 8 seeded instances): mean max-marginal error naive 0.49, TAP 0.096, BP 0.074. Speed:
 BP on 256 such models, jitted, ~0.1 s in float32 on a loaded 2-core CPU (~40 iterations).
 """

@@ -1,7 +1,7 @@
 """Writes transformer_reference.npz: parameters, logits and attention weights of small
 one-layer Transformers, as the one-layer code of before ``Config.n_layers`` computed them.
 
-tests/test_transformer_layers.py checks that today's code still gives these bit for bit
+tests/models/test_transformer_layers.py checks that today's code still gives these bit for bit
 (same key -> same parameters, same leaf order -> old checkpoints load, same outputs).
 Rounding depends on the XLA build and flags and on the CPU that XLA compiles for (its
 instruction set and vector width), so the file records them (``env``). It was written from

@@ -24,7 +24,7 @@ import pytest
 
 from isingattn.testing import brute_force
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 DESIGN = (ROOT / "DESIGN.md").read_text(encoding="utf-8")
 COMPARE_MD = ROOT / "results" / "compare-dense16" / "compare.md"

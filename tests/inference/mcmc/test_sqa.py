@@ -365,7 +365,7 @@ def test_anneal_finds_ground_states_at_least_as_often_as_openjij():
     openjij = pytest.importorskip("openjij")
     import importlib.util, pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "sqa_groundstate.py"
+    path = pathlib.Path(__file__).resolve().parents[3] / "benchmarks" / "sqa_groundstate.py"
     spec = importlib.util.spec_from_file_location("sqa_groundstate", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

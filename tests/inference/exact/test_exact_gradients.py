@@ -1,6 +1,6 @@
 """Gradients of the Exact engine against finite differences and the brute-force
 covariances (fluctuation–dissipation), in forward and reverse mode, at ordinary and
-extreme scales, masked and causal (split from tests/test_exact.py)."""
+extreme scales, masked and causal (split from tests/inference/exact/test_exact.py)."""
 
 from functools import partial
 

@@ -14,7 +14,7 @@ pytest.importorskip("dwave.samplers")
 from isingattn import IsingModel
 from isingattn.instances import random_model
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_qpu_example_with_mock(tmp_path):

@@ -1,4 +1,4 @@
-"""Shared by tests/test_exact.py and tests/test_exact_gradients.py: one jitted Exact call
+"""Shared by tests/inference/exact/test_exact.py and tests/inference/exact/test_exact_gradients.py: one jitted Exact call
 (fast LLVM compile: only the pass pipeline changes, XLA keeps fast-math off) and the
 float64 brute-force reference helpers."""
 

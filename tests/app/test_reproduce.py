@@ -75,7 +75,7 @@ def test_report_only_rebuilds_the_committed_report_from_committed_files(tmp_path
     import shutil
     from pathlib import Path
 
-    committed = Path(__file__).parents[1] / "results" / "reproduce"
+    committed = Path(__file__).parents[2] / "results" / "reproduce"
     root = tmp_path / "reproduce"
     shutil.copytree(committed, root, ignore=shutil.ignore_patterns("ckpt-*.npz", ".lock", ".isingattn-*"))
     write_report(str(root))
@@ -138,10 +138,11 @@ def test_every_committed_cell_folder_matches_its_grid_cell():
     grid declares there (cell.json files written before a Cell field existed read as its
     legacy value), so `reproduce` resumes them instead of refusing them."""
     import os
+    import pathlib
 
     from isingattn.models.app.experiments import _check_cell, grid
 
-    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "reproduce")
+    root = os.path.join(str(pathlib.Path(__file__).resolve().parents[2]), "results", "reproduce")
     checked = 0
     for cell in grid():
         folder = os.path.join(root, cell.name)  # the name starts with the part

@@ -4,6 +4,7 @@ and differentiated correctly (central finite differences in float64)."""
 
 import json
 import os
+import pathlib
 import sys
 import warnings
 
@@ -16,7 +17,7 @@ import pytest
 from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models.transformer import Config, Transformer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, DATA)
 import make_transformer_reference as ref  # noqa: E402  (the generator of the frozen arrays; same configs)
