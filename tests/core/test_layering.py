@@ -1,4 +1,4 @@
-"""The layers and what each entry point loads (DESIGN.md §2, "Layout").
+"""The layers and what each entry point loads (DESIGN.md §4).
 
 * ``import isingattn`` and building an engine by name load no sampler or analysis library:
   numpyro, dimod, arviz and networkx load only with the engine or function that needs them.
