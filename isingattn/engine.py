@@ -187,6 +187,7 @@ _BUILTIN = {
     "meanfield-bp": "isingattn.inference.meanfield.engine:meanfield_bp",
     "gibbs": "isingattn.inference.mcmc.gibbs:Gibbs",
     "sqa": "isingattn.inference.mcmc.sqa:SQA",
+    "ais": "isingattn.inference.mcmc.ais:AIS",
     "dqa": "isingattn.inference.dqa.engine:DQA",
     "dimod": "isingattn.inference.dimod.engine:DimodEngine",
 }

@@ -83,14 +83,22 @@ def _mean_fwd(h, J, beta, samples):
     return _mean(h, J, beta, samples), (h, J, beta, samples)
 
 
-def _mean_bwd(res, g):
-    h, J, beta, s = res  # s: [..., S, n]; g: [..., n]; J: [..., n, n], possibly shared over the batch
-    S = s.shape[-2]
-    w = jnp.einsum("...sn,...n->...s", s - s.mean(-2, keepdims=True), g) / S  # centred ḡ·s, [..., S]
+def _covariance_vjp(h, J, beta, s, p, g):
+    """``(∂/∂h, ∂/∂J, ∂/∂β)`` of ``g · m`` for the mean ``m = Σ_s p_s s`` of samples ``s [..., S, n]``
+    with normalized weights ``p [..., S]`` (``1/S`` each for plain samples): the covariances
+    of the module docstring, as the one rule of every sampler's gradient."""
+    m = jnp.einsum("...s,...sn->...n", p, s)
+    w = p * jnp.einsum("...sn,...n->...s", s - m[..., None, :], g)  # weighted, centred ḡ·s, [..., S]
     gh = beta * jnp.einsum("...s,...sn->...n", w, s)
     gJ = jax.tree_util.tree_map(lambda x: 0.5 * beta * x, _pair_grad(w[..., None] * s, s, J))
     gbeta = -jnp.sum(w * energy(h[..., None, :], insert_batch_axis(J), s))
-    return gh, gJ, gbeta.astype(beta.dtype), jnp.zeros_like(s)
+    return gh, gJ, gbeta.astype(beta.dtype)
+
+
+def _mean_bwd(res, g):
+    h, J, beta, s = res  # s: [..., S, n]; g: [..., n]; J: [..., n, n], possibly shared over the batch
+    p = jnp.full(s.shape[:-1], 1.0 / s.shape[-2], s.dtype)
+    return _covariance_vjp(h, J, beta, s, p, g) + (jnp.zeros_like(s),)
 
 
 _mean.defvjp(_mean_fwd, _mean_bwd)
@@ -217,6 +225,69 @@ def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_black
     if corr is None and not isinstance(J, SparseCouplings):  # a sparse graph stores no [n, n] moment
         corr = jnp.einsum("...sj,...sk->...jk", samples, samples) / samples.shape[-2]
     return Marginals(mean=mean, corr=corr, samples=samples, info={} if info is None else info)
+
+
+@jax.custom_vjp
+def _weighted_mean(h, J, beta, samples, p):
+    return jnp.einsum("...s,...sn->...n", p, samples)
+
+
+def _weighted_mean_fwd(h, J, beta, samples, p):
+    return _weighted_mean(h, J, beta, samples, p), (h, J, beta, samples, p)
+
+
+def _weighted_mean_bwd(res, g):
+    h, J, beta, s, p = res
+    return _covariance_vjp(h, J, beta, s, p, g) + (jnp.zeros_like(s), jnp.zeros_like(p))
+
+
+_weighted_mean.defvjp(_weighted_mean_fwd, _weighted_mean_bwd)
+
+
+@jax.custom_vjp
+def _weighted_log_z(h, J, beta, samples, p, log_z):
+    """An estimate ``log_z [...]`` whose derivatives are the weighted sample moments:
+    ``∂/∂h = β⟨s⟩``, ``∂/∂J_jk = ½β⟨s_j s_k⟩`` (full symmetric ``J``), ``∂/∂β = -⟨E⟩``."""
+    return log_z
+
+
+def _weighted_log_z_fwd(h, J, beta, samples, p, log_z):
+    return log_z, (h, J, beta, samples, p)
+
+
+def _weighted_log_z_bwd(res, g):
+    h, J, beta, s, p = res
+    w = p * g[..., None]  # [..., S]
+    gh = beta * jnp.einsum("...s,...sn->...n", w, s)
+    gJ = jax.tree_util.tree_map(lambda x: 0.5 * beta * x, _pair_grad(w[..., None] * s, s, J))
+    gbeta = -jnp.sum(w * energy(h[..., None, :], insert_batch_axis(J), s))
+    return gh, gJ, gbeta.astype(beta.dtype), jnp.zeros_like(s), jnp.zeros_like(p), jnp.zeros_like(g)
+
+
+_weighted_log_z.defvjp(_weighted_log_z_fwd, _weighted_log_z_bwd)
+
+
+def weighted_sample_marginals(model: IsingModel, samples: jax.Array, log_weights: jax.Array, info=None,
+                              log_z=None) -> Marginals:
+    """``Marginals`` of importance-weighted samples ``[..., S, n]`` with ``log_weights [..., S]``
+    (unnormalized): the weighted mean and second moment, differentiable as
+    :func:`sample_marginals` is, with the weighted covariances. ``log_z [...]``, when given, is
+    returned with the derivatives of a log partition function (``∂ log Z/∂h = β⟨s⟩``, ...)."""
+    act = model.active()
+    h, J = model.masked_parameters()
+    batch = model.batch_shape
+    if act is not None:
+        samples = jnp.where(act[..., None, :], samples, 0.0)
+    samples = jax.lax.stop_gradient(samples.astype(model.dtype))
+    p = jax.nn.softmax(jax.lax.stop_gradient(log_weights.astype(model.dtype)), axis=-1)
+    h = jnp.broadcast_to(h, batch + h.shape[-1:])
+    mean = _weighted_mean(h, J, model.beta, samples, p)
+    corr = None
+    if not isinstance(J, SparseCouplings):
+        corr = jnp.einsum("...s,...sj,...sk->...jk", p, samples, samples)
+    if log_z is not None:
+        log_z = _weighted_log_z(h, J, model.beta, samples, p, jax.lax.stop_gradient(log_z.astype(model.dtype)))
+    return Marginals(mean=mean, corr=corr, log_z=log_z, samples=samples, info={} if info is None else info)
 
 
 def unpack_samples(words, num_draws: int, shape, dtype):

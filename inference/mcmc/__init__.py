@@ -5,11 +5,12 @@ The NumPyro kernel (:mod:`~isingattn.inference.mcmc.numpyro_kernel`) and the Arv
 (:mod:`~isingattn.inference.mcmc.arviz_export`) are imported from their own modules, so that
 the engines load without numpyro or arviz."""
 
+from isingattn.inference.mcmc.ais import AIS
 from isingattn.inference.mcmc.coloring import color_classes
 from isingattn.inference.mcmc.gibbs import Gibbs
 from isingattn.inference.mcmc.gibbs_kernel import GibbsInfo, GibbsState, gibbs_sweep, init_spins
 from isingattn.inference.mcmc.sqa import SQA
 from isingattn.inference.mcmc.sqa_kernel import SQAInfo, SQAState, sqa_init, sqa_sweep
 
-__all__ = ["Gibbs", "GibbsInfo", "GibbsState", "SQA", "SQAInfo", "SQAState", "color_classes", "gibbs_sweep",
+__all__ = ["AIS", "Gibbs", "GibbsInfo", "GibbsState", "SQA", "SQAInfo", "SQAState", "color_classes", "gibbs_sweep",
            "init_spins", "sqa_init", "sqa_sweep"]
