@@ -69,7 +69,8 @@ def by_prefix(solve: Callable[[IsingModel, Optional[jax.Array]], Marginals], mod
 
     Bucket ``b`` gets ``fold_in(key, b)`` (or None). The buckets' ``mean [..., q, hi]``,
     ``corr``, ``log_z``, ``samples [..., q, S, hi]`` and batch-shaped ``info`` entries are
-    joined along the query axis, spin axes zero-padded to ``n`` (inactive spins are 0
+    joined along the query axis (string entries, :class:`isingattn.marginals.Label`, are
+    kept as the first bucket's), spin axes zero-padded to ``n`` (inactive spins are 0
     everywhere). ``info`` keys in ``spin_info`` have a trailing spin axis; it is padded with
     NaN (no statistic for an absent spin). Entries missing from some bucket are dropped.
     Differentiable: gradients flow through the slices into the full ``h`` and ``J``.
@@ -95,6 +96,9 @@ def by_prefix(solve: Callable[[IsingModel, Optional[jax.Array]], Marginals], mod
     info = {}
     for name, v in first.info.items():
         if any(name not in m.info for _, m in parts):  # e.g. a diagnostic computed for small n only
+            continue
+        if isinstance(v, str):  # a label (info["log_z_kind"]): the same in every bucket, not an array
+            info[name] = v
             continue
         spin = name in spin_info
         fill = jnp.nan if spin and jnp.issubdtype(jnp.asarray(v).dtype, jnp.floating) else 0

@@ -1,5 +1,6 @@
-"""``Marginals``: the result every inference engine returns, and the linear-response
-rule by which deterministic engines fill in its ``corr``."""
+"""``Marginals``: the result every inference engine returns, the ``Label`` strings of
+its ``info``, and the linear-response rule by which deterministic engines fill in its
+``corr``."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ class Marginals(eqx.Module):
         mean: ``⟨s_j⟩``, ``[..., n]``; 0 for inactive spins.
         corr: ``⟨s_j s_k⟩``, ``[..., n, n]``, when requested; rows and columns of
             inactive spins are 0.
-        log_z: ``log Z`` over the active spins, ``[...]`` (exact engines only).
+        log_z: ``log Z = log Σ_s exp(-βE(s))`` over the active spins, ``[...]``, from the
+            engines that compute one; ``info["log_z_kind"]`` says what it is: ``"exact"``
+            (``Exact``, ``Banded``), ``"lower_bound"`` (``MeanField`` naive: the
+            Gibbs–Bogoliubov bound) or ``"approximation"`` (``MeanField`` TAP and BP/Bethe).
+            None from the others.
         samples: spin samples, engine-specific leading axes, when the engine samples.
-        info: diagnostics (a dict of arrays).
+        info: diagnostics: a dict of arrays, and of :class:`Label` strings such as
+            ``log_z_kind``.
     """
 
     mean: jax.Array
@@ -27,6 +33,18 @@ class Marginals(eqx.Module):
     log_z: Optional[jax.Array] = None
     samples: Optional[jax.Array] = None
     info: dict[str, Any] = eqx.field(default_factory=dict)
+
+
+class Label(str):
+    """A string entry of ``Marginals.info`` (e.g. ``info["log_z_kind"] == "exact"``). It is
+    a ``str`` in every respect but one: as a pytree it is a node with no leaves (the string
+    is static data), so a ``Marginals`` that carries it passes through ``jax.jit``,
+    ``vmap`` and tree maps, where a plain string is not a valid JAX output."""
+
+    __slots__ = ()
+
+
+jax.tree_util.register_pytree_node(Label, lambda s: ((), str(s)), lambda aux, _: Label(aux))
 
 
 def linear_response_corr(mean_fn: Callable, h, mean, beta):

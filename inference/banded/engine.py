@@ -55,7 +55,7 @@ from isingattn import validate as V
 from isingattn.energy import spin_table
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError
-from isingattn.marginals import Marginals, linear_response_corr
+from isingattn.marginals import Label, Marginals, linear_response_corr
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
@@ -187,7 +187,7 @@ def _solve(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> 
         if act is not None:
             a = act.astype(corr.dtype)
             corr = corr * a[..., :, None] * a[..., None, :]
-    return Marginals(mean=mean, corr=corr, log_z=log_z, info={"stable_path": stable})
+    return Marginals(mean=mean, corr=corr, log_z=log_z, info={"stable_path": stable, "log_z_kind": Label("exact")})
 
 
 def _blocked_or_sweep(h, J, beta, act, w: int, causal: bool, layout):

@@ -42,7 +42,7 @@ from isingattn import validate as V
 from isingattn.energy import cross_energy, energy, spin_table
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError, TooManySpinsError
-from isingattn.marginals import Marginals, linear_response_corr
+from isingattn.marginals import Label, Marginals, linear_response_corr
 from isingattn.model import IsingModel
 
 LOST_MASS_TOL = 1e-7  # relative mass the fast path may lose to underflow
@@ -134,7 +134,7 @@ def _solve_model(h, J, beta, mask, want_corr: bool, mesh: Optional[Mesh] = None)
         mean=ungroup(mean, 1),
         corr=None if corr is None else ungroup(corr, 2),
         log_z=ungroup(log_z, 0),
-        info={"stable_path": ungroup(stable, 0)},
+        info={"stable_path": ungroup(stable, 0), "log_z_kind": Label("exact")},
     )
 
 

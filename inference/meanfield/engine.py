@@ -1,5 +1,6 @@
 """The mean-field engine: naive mean field, TAP and loopy belief propagation (DESIGN.md §3).
-The BP map is in inference/bp.py, the solver in inference/fixed_point.py.
+The BP map is in inference/bp.py, the solver in inference/fixed_point.py, the free energies
+in inference/meanfield/free_energy.py.
 
 All three solve a fixed point ``x = F(x; h, J, β)`` by damped parallel iteration
 
@@ -20,6 +21,21 @@ Methods (``J`` symmetric with zero diagonal, ``m = ⟨s⟩``):
   ``u_{k→i} = (1/β) atanh(tanh(βJ_ki) tanh(β c_{k\\i}))``,
   ``c_{k\\i} = h_k + Σ_{l≠i} u_{l→k}``, and ``m_i = tanh(β(h_i + Σ_k u_{k→i}))``.
   State ``u [..., n, n]`` (row = sender). Exact on trees.
+
+Free energies (``Marginals.log_z``, inference/meanfield/free_energy.py), at the fixed point,
+over the active spins, with ``H`` the binary entropy of ``(1 ± m_i)/2`` in nats:
+
+* naive: ``log Z_MF = Σ_i H(m_i) + β Σ_i h_i m_i + β Σ_{i<j} J_ij m_i m_j`` (Gibbs–Bogoliubov),
+  ``info["log_z_kind"] = "lower_bound"``: it never exceeds the exact ``log Z``.
+* TAP: ``log Z_MF + (β²/2) Σ_{i<j} J_ij² (1 - m_i²)(1 - m_j²)`` (second-order Plefka),
+  ``"approximation"``; its error is ``O(J³)`` at weak coupling (naive's ``O(J²)``).
+* BP: the Bethe free energy ``Σ_{(ij)} log Z_ij + Σ_i (1 - d_i) log Z_i`` of the beliefs
+  (``Z_i = 2 cosh βH_i``, ``Z_ij`` the pair belief's normalization from the cavity fields),
+  ``"approximation"``; exact on trees and forests.
+
+Each is stationary in the fixed-point state, so it is differentiated by the envelope
+theorem: ``∂ log Z/∂h_i = β m_i``, ``∂ log Z/∂J_ij = β`` times the method's pair correlation,
+without an adjoint solve (second derivatives go through the implicit derivative of ``m``).
 
 Messages are kept for *every* pair, not only for ``J_ki ≠ 0``: a zero coupling sends a
 zero message, so the fixed point is that of BP on the coupling graph, but the gradient
@@ -53,9 +69,10 @@ from isingattn import validate as V
 from isingattn.engine import ConvergenceWarning, Engine
 from isingattn.errors import IsingInputError
 from isingattn.energy import local_field
+from isingattn.inference.meanfield import free_energy
 from isingattn.inference.meanfield.bp import bethe_corr, bp_map, bp_map_sparse
 from isingattn.inference.meanfield.fixed_point import DampedFixedPoint
-from isingattn.marginals import Marginals, linear_response_corr
+from isingattn.marginals import Label, Marginals, linear_response_corr
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 
@@ -95,10 +112,16 @@ class MeanField(Engine):
             ``J_ik = 0``); for naive/TAP the linear-response estimate
             ``m_i m_k + (1/β) ∂m_i/∂h_k`` (``n`` tangent solves).
 
-    Returns ``Marginals(mean [..., n], corr, info)`` with ``info`` holding, per model of
-    the batch: ``iterations`` (int, updates applied), ``residual`` (the final one, as
-    defined under ``tol``, of the state returned, so a stop at ``max_iter`` reports
-    the true residual) and ``converged`` (bool, ``residual ≤ tol``). When the flags
+    Returns ``Marginals(mean [..., n], corr, log_z [...], info)``. ``log_z`` is the method's
+    free energy at its fixed point (module docstring), over the active spins:
+    ``info["log_z_kind"]`` is ``"lower_bound"`` for naive (Gibbs–Bogoliubov: never above
+    the exact ``log Z``, for any ``m``, converged or not) and ``"approximation"`` for TAP
+    (Plefka to second order) and BP (Bethe; exact on trees and forests). Its gradient is
+    ``β m`` in ``h`` and ``β`` times the method's pair correlation in ``J`` (naive
+    ``m_i m_j``, TAP that plus ``β J_ij (1 - m_i²)(1 - m_j²)``, BP the Bethe pair belief's).
+    ``info`` also holds, per model of the batch: ``iterations`` (int, updates applied),
+    ``residual`` (the final one, as defined under ``tol``, of the state returned, so a stop
+    at ``max_iter`` reports the true residual) and ``converged`` (bool, ``residual ≤ tol``). When the flags
     are concrete (eager calls, also under ``jax.grad``) and a model did not converge, a
     :class:`MeanFieldConvergenceWarning` is issued; under ``jit`` only the flag reports it.
 
@@ -183,8 +206,11 @@ class MeanField(Engine):
             if act is not None:
                 corr = jnp.where(act[..., :, None] & act[..., None, :], corr, 0.0)
 
-        info = {"iterations": iters, "residual": res, "converged": res <= tol}
-        return Marginals(mean=mean.astype(out_dt), corr=None if corr is None else corr.astype(out_dt), info=info)
+        log_z = free_energy.log_z(self.method, x, h, J, beta, act)
+        info = {"iterations": iters, "residual": res, "converged": res <= tol,
+                "log_z_kind": Label(free_energy.KINDS[self.method])}
+        return Marginals(mean=mean.astype(out_dt), corr=None if corr is None else corr.astype(out_dt),
+                         log_z=log_z.astype(out_dt), info=info)
 
     def _linear_response(self, model: IsingModel, mean):
         """``m mᵀ + (1/β) ∂m/∂h``: one jvp (tangent solve) per field index."""
