@@ -1,20 +1,19 @@
-"""isingattn: Boltzmann attention with learnable Ising couplings and pluggable inference."""
+"""isingattn: Ising models as energy-based models, with pluggable inference engines and
+Boltzmann attention.
 
+The package face is small: the model, its marginals, the attention layer, the errors, and
+``inference`` (``inference.get(name)``; each engine's module loads on first use). Everything
+else is imported from its module: ``isingattn.compare``, ``isingattn.thermo``,
+``isingattn.onsager``, ``isingattn.graphs``, the engine families under ``isingattn.inference``
+and the Transformer under ``isingattn.models``.
+"""
+
+from isingattn import inference
+from isingattn.attention import boltzmann_attention
 from isingattn.errors import IsingInputError, IsingTypeError, TooManySpinsError
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
-from isingattn.attention import boltzmann_attention
 
-
-def __getattr__(name):
-    # isingattn.inference on first access: the package does not import its engines (no
-    # import cycle through isingattn.inference -> isingattn.engine -> isingattn).
-    if name == "inference":
-        import importlib
-
-        return importlib.import_module("isingattn.inference")
-    raise AttributeError(f"module 'isingattn' has no attribute {name!r}")
-
-
-__all__ = ["IsingModel", "Marginals", "boltzmann_attention", "inference", "IsingInputError", "IsingTypeError", "TooManySpinsError"]
+__all__ = ["IsingModel", "Marginals", "boltzmann_attention", "inference", "IsingInputError", "IsingTypeError",
+           "TooManySpinsError"]
 __version__ = "0.1.0"

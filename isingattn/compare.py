@@ -48,7 +48,8 @@ class Comparison(list):
 
 
 def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Union[str, Engine]]], *,
-            key: jax.Array, reference: Union[str, Engine, None] = None, progress: bool = False) -> Comparison:
+            key: jax.Array, reference: Union[str, Engine, None] = None, progress: bool = False,
+            log_z_reference=None) -> Comparison:
     """Run every engine on ``model`` (one unbatched model) and score it against a reference.
 
     The reference is ``Exact(corr=True)`` when ``reference`` is None or ``"exact"``
@@ -60,8 +61,14 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     ``kl`` (KL(empirical ‖ exact) of the sample distribution, samplers with n ≤ 16) and
     ``kl_floor`` (the same for as many exact draws: the finite-sample bias to compare with),
     ``ess`` (min over spins, when reported), ``wall_s`` (after compile) and
-    ``compile_s``, plus the engine's ``mean [n]``. Returns a :class:`Comparison`: the
-    list of rows, with the reference's marginals as ``.reference``.
+    ``compile_s``, plus the engine's ``mean [n]``; and, for engines that give ``log Z``,
+    ``log_z``, ``log_z_kind``, ``log_z_se`` (the engine's standard error, where it has
+    one) and ``log_z_err`` (``log_z`` minus the reference's). The reference's ``log Z`` is
+    ``log_z_reference`` when given (a float, or ``(value, se)``, e.g. Kaufman's exact value
+    from :func:`isingattn.onsager.torus_log_z`, or a long AIS run with its SE), else the
+    reference engine's (Exact, the tree solver, Banded, an AIS engine). Returns a
+    :class:`Comparison`: the list of rows, with the reference's marginals as
+    ``.reference`` and its log Z as ``.reference_log_z`` (``(value, se)``; NaN where none).
     """
     from isingattn.inference.exact.engine import Exact
 
@@ -91,6 +98,13 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     ref = ref_engine.marginals(model, key=keys[-1])
     ref_mean = np.asarray(ref.mean)
     say(f"reference {ref_name}: {time.perf_counter() - t0:.1f} s")
+    if log_z_reference is not None:
+        ref_lz = tuple(log_z_reference) if isinstance(log_z_reference, (tuple, list)) else (log_z_reference, 0.0)
+        ref_lz = (float(ref_lz[0]), float(ref_lz[1]))
+    elif ref.log_z is not None:
+        ref_lz = (float(ref.log_z), float(ref.info.get("log_z_se", 0.0)) if isinstance(ref.info, dict) else 0.0)
+    else:
+        ref_lz = (math.nan, math.nan)
     ref_corr = None if ref.corr is None else np.asarray(ref.corr)
     logp = np.asarray(_exact_log_probs(model)) if model.n <= KL_MAX_N else None
 
@@ -125,8 +139,15 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
             row["kl_floor"] = float(np.sum(qe[nze] * (np.log(qe[nze]) - logp[nze])))
         if isinstance(out.info, dict) and "ess" in out.info:
             row["ess"] = float(np.min(np.asarray(out.info["ess"])))
+        row.update(log_z=math.nan, log_z_err=math.nan, log_z_se=math.nan, log_z_kind="")
+        if out.log_z is not None:
+            row.update(log_z=float(out.log_z), log_z_err=float(out.log_z) - ref_lz[0],
+                       log_z_kind=str(out.info.get("log_z_kind", "")),
+                       log_z_se=float(out.info["log_z_se"]) if "log_z_se" in out.info else math.nan)
         rows.append(row)
-    return Comparison(rows, ref, ref_name)
+    result = Comparison(rows, ref, ref_name)
+    result.reference_log_z = ref_lz
+    return result
 
 
 class _TreeReference:
@@ -141,12 +162,13 @@ class _TreeReference:
         p_up = ss.info["variable_marginals"]  # {label: P(s = +1)}
         labels = list(model.labels) if model.labels is not None else list(range(model.n))
         return Marginals(mean=jnp.asarray([2 * p_up[v] - 1 for v in labels], model.dtype),
-                         info={"log_z": ss.info["log_partition_function"]})
+                         log_z=jnp.asarray(ss.info["log_partition_function"], jnp.float64))
 
 
 _COLS = [("engine", "engine", "{}"), ("max_err", "max err ⟨s⟩", "{:.2e}"), ("mean_err", "mean err ⟨s⟩", "{:.2e}"),
          ("corr_err", "max err ⟨ss⟩", "{:.2e}"), ("kl", "KL(samples‖p)", "{:.3g}"),
          ("kl_floor", "KL of exact draws", "{:.3g}"), ("ess", "min ESS", "{:.0f}"),
+         ("log_z", "log Z", "{:.6g}"), ("log_z_err", "Δ log Z", "{:+.2e}"), ("log_z_se", "SE log Z", "{:.2e}"),
          ("wall_s", "time (s)", "{:.3g}"), ("compile_s", "compile (s)", "{:.3g}")]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from isingattn.errors import IsingInputError
 from isingattn.sparse import CouplingGraph, SparseCouplings
 
-COUPLINGS = ("pm", "gaussian")
+COUPLINGS = ("pm", "gaussian", "ferro")
 
 
 def _positive_int(name: str, v, lo: int = 1) -> int:
@@ -127,12 +127,15 @@ def erdos_renyi(key, n: int, p: float) -> CouplingGraph:
 def random_couplings(key, graph: CouplingGraph, kind: str = "pm", scale: float = 1.0, batch: tuple = (),
                      dtype=jnp.float32) -> SparseCouplings:
     """Couplings on ``graph``: ``kind="pm"`` gives ``±scale`` with equal probability (the
-    ±J spin glass), ``"gaussian"`` gives ``N(0, scale²)``; weights ``[*batch, E]``."""
+    ±J spin glass), ``"gaussian"`` gives ``N(0, scale²)``, ``"ferro"`` the uniform ferromagnet
+    ``+scale`` on every edge (``key`` unused); weights ``[*batch, E]``."""
     if kind not in COUPLINGS:
         raise IsingInputError(f"kind must be one of {COUPLINGS}; got {kind!r}.")
     shape = tuple(batch) + (graph.E,)
     if kind == "pm":
         w = jax.random.rademacher(key, shape, dtype=dtype) * scale
+    elif kind == "ferro":
+        w = jnp.full(shape, scale, dtype)
     else:
         w = jax.random.normal(key, shape, dtype) * scale
     return SparseCouplings(graph, w)

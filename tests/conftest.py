@@ -60,10 +60,11 @@ def corpus() -> str:
     return path
 
 
-@pytest.fixture(params=["native", "xla"])
+@pytest.fixture(params=["native", pytest.param("xla", marks=pytest.mark.slow)])
 def banded_kernel(request, monkeypatch):
     """Run a test of Banded's blocked path once through each implementation: the native CPU kernel
-    (skipped where it cannot be built) and the XLA graph of banded_vjp. Compiled programs are dropped
+    (skipped where it cannot be built) and the XLA graph of banded_vjp (in the full suite only:
+    the quick loop, ``-m "not slow"``, runs each property through the kernel CPUs use). Compiled programs are dropped
     around it, so that no jitted function keeps the other one's trace."""
     from isingattn.inference.banded import native as banded_native
 

@@ -117,6 +117,22 @@ def _load_model(args):
     return IsingModel.from_bqm(bqm, beta=args.beta)
 
 
+def _exact_log_z(args, model):
+    """Kaufman's exact log Z for a uniform ferromagnet on a periodic 2D lattice without fields
+    (``--graph lattice:RxC:periodic --couplings ferro --h-scale 0``), else None; and a note for
+    the table's title."""
+    spec = str(args.graph).split(":")
+    if not (args.couplings == "ferro" and args.h_scale == 0 and len(spec) == 3 and spec[0] == "lattice"
+            and spec[2] == "periodic" and len(spec[1].lower().split("x")) == 2):
+        return None, ""
+    from isingattn.onsager import torus_log_z
+
+    rows, cols = (int(x) for x in spec[1].lower().split("x"))
+    K = float(model.beta) * (1.0 if args.j_scale is None else float(args.j_scale))
+    value = float(torus_log_z(rows, cols, K))
+    return value, f"; log Z against Kaufman's exact {value:.10g} (K = {K:g})"
+
+
 def _compare(args) -> int:
     import jax
     import numpy as np
@@ -175,11 +191,13 @@ def _compare(args) -> int:
         raise _error(f"--engines: {', '.join(too_small)} cannot solve n = {model.n} spins; drop them from --engines "
                      "or use a smaller --n.")
     t0 = time.perf_counter()
-    rows = compare(model, engines, key=jax.random.PRNGKey(args.seed), reference=reference, progress=True)
+    log_z_ref, lz_note = _exact_log_z(args, model)
+    rows = compare(model, engines, key=jax.random.PRNGKey(args.seed), reference=reference, progress=True,
+                   log_z_reference=log_z_ref)
     mcse = rows.reference.info.get("mcse") if isinstance(rows.reference.info, dict) else None
     precision = "" if mcse is None else f" (its MCSE: max {float(np.max(mcse)):.2g}, mean {float(np.mean(mcse)):.2g})"
     title = (f"engines on {args.graph} n={model.n} beta={float(model.beta):g} (seed {args.seed})"
-             + ("" if args.reference == "exact" else f", errors relative to {args.reference}{precision}"))
+             + ("" if args.reference == "exact" else f", errors relative to {args.reference}{precision}") + lz_note)
     print(f"compare: {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
     print(title + "\n\n" + format_table(rows, markdown=not args.plain))
     if args.out:
@@ -317,8 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dense, chain or lattice (--n spins, dense J); a sparse graph spec: lattice:64x64[:periodic], "
                         "lattice:16x16x16, chimera:M, pegasus:M, zephyr:M, regular:N:DEGREE, er:N:P; or a dimod BQM "
                         "file (bqm.to_file())")
-    c.add_argument("--couplings", choices=("pm", "gaussian"), default="pm",
-                   help="couplings of a sparse graph spec: ±j_scale (pm) or N(0, j_scale²)")
+    c.add_argument("--couplings", choices=("pm", "gaussian", "ferro"), default="pm",
+                   help="couplings of a sparse graph spec: ±j_scale (pm), N(0, j_scale²) or +j_scale on every edge "
+                        "(ferro; with --h-scale 0 on lattice:RxC:periodic, log Z is scored against Kaufman's exact value)")
     c.add_argument("--beta", type=_positive_float, default=1.0, help="inverse temperature")
     c.add_argument("--h-scale", type=_nonnegative_float, default=1.0, help="fields ~ N(0, h_scale²)")
     c.add_argument("--j-scale", type=_nonnegative_float, default=None,

@@ -26,12 +26,12 @@ WORKER = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import equinox as eqx
     from isingattn import IsingModel
-    from isingattn.inference import Exact
+    from isingattn.inference.exact import Exact
     from isingattn.models import brackets
     from isingattn.models.train import TrainConfig, train
     from isingattn.models.transformer import Config, Transformer
     from isingattn.sharding import data_mesh, replicate, shard_batch
-    from isingattn.testing import random_model
+    from isingattn.instances import random_model
 
     out = {"devices": len(jax.devices())}
     mesh = data_mesh()

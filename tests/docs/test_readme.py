@@ -62,7 +62,16 @@ def _check_devices_example(ns):
 
 
 # marker in the block -> its check; every block is run whether or not it has a check
-CHECKS = {"boltzmann_attention(": _check_api_example, "data_mesh(": _check_devices_example}
+def _check_free_energy_example(ns):
+    """The free-energy example: AIS within 4 of its SEs of Kaufman's value (itself tested against
+    brute force), naive mean field below it (a bound), all finite."""
+    exact, ais, naive = ns["exact"], ns["ais"], ns["naive"]
+    assert abs(float(ais.log_z) - exact) <= 4 * float(ais.info["log_z_se"]) + 1e-3
+    assert float(naive.log_z) <= exact and np.isfinite(float(ns["bethe"].log_z))
+
+
+CHECKS = {"boltzmann_attention(": _check_api_example, "data_mesh(": _check_devices_example,
+          "onsager.torus_log_z(": _check_free_energy_example}
 
 
 def test_readme_has_the_checked_blocks():

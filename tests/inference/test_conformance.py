@@ -33,6 +33,7 @@ FAST = {
     "sqa": dict(num_sweeps=40, trotter=4, num_reads=512, thermal_sweeps=40),
     "dqa": dict(num_shots=2048, calibration_steps=1, kl_max_n=0),
     "dimod": dict(num_reads=512, num_sweeps=40),
+    "ais": dict(num_chains=512, num_temps=16),
     **{name: dict(tol=1e-12, max_iter=2000) for name in inference.available() if name.startswith("meanfield")},
 }
 
@@ -50,6 +51,15 @@ def _distinct_engines() -> list[str]:
 
 
 NAMES = _distinct_engines()
+
+
+def names(slow=()):
+    """NAMES, the engines in ``slow`` marked slow: their case of this property runs in the full
+    suite only, while the quick loop (``-m "not slow"``) keeps the others' fast cases."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in NAMES]
+
+
+SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais")
 
 # Mean-field error bounds (means and gradients) on the models below, β·max|J| = 0.2: BP is
 # exact on trees (the chain); naive mean field errs at O((βJ)²) and TAP at O((βJ)³)
@@ -91,8 +101,10 @@ def _call(eng, model, key=0):
 
 def _chains(eng, samples):
     """Samples ``[..., S, n]`` as ``[..., C, S/C, n]`` chains: Gibbs' are chain-major, other
-    samplers' reads are independent (one chain; its ESS is then ≈ S)."""
+    samplers' reads are independent (one chain; its ESS is then ≈ S), as are AIS's final
+    states (one draw per chain)."""
     C = getattr(eng, "num_chains", 1)
+    C = C if samples.shape[-2] // C >= 2 else 1
     return samples.reshape(samples.shape[:-2] + (C, samples.shape[-2] // C, samples.shape[-1]))
 
 
@@ -149,7 +161,7 @@ def test_shape_and_masked_spins(name):
     assert np.all(np.asarray(out.mean)[~mask] == 0)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", names(slow=SAMPLERS_SLOW))
 def test_causal_equals_the_masked_lower_triangle(name):
     eng = engine(name)
     model = _model(causal=True)
@@ -297,7 +309,7 @@ def _chain_entries():
     return d == 1
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", names(slow=("dqa", "ais", "banded")))
 def test_gradients_agree_with_exact(name):
     eng = engine(name)
     model = _model()
@@ -330,7 +342,7 @@ class _Given:
         return Marginals(mean=self.mean)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", names(slow=SAMPLERS_SLOW + ("dimod", "banded")))
 def test_gradients_through_boltzmann_attention_agree_with_exact(name):
     """``∂L/∂J`` of a causal attention layer. The sampler's MCSE is that of the fluctuation
     estimate for the cotangent ``g = ∂L/∂⟨s⟩`` taken at the exact marginals."""
