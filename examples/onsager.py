@@ -9,7 +9,7 @@ one, where each approximation breaks down: naive mean field orders at K = 1/4, B
 tanh K = 1/3, the lattice at K_c = ½ ln(1 + √2).
 
 Run:  python examples/onsager.py --out results/onsager         (about 15 minutes on 2 cores)
-      python examples/onsager.py --quick --out runs/onsager    (a smoke test: small tori, few β)
+      python examples/onsager.py --quick                      (a smoke test: small tori, few β)
 """
 
 import argparse
@@ -29,7 +29,7 @@ p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_clas
 p.add_argument("--sizes", default="16,32,64", help="torus sides L (comma-separated)")
 p.add_argument("--betas", type=int, default=13, help="number of K values in [0.30, 0.60]")
 p.add_argument("--quick", action="store_true", help="sizes 8,16 and 5 K values")
-p.add_argument("--out", default="runs/onsager", help="output folder")
+p.add_argument("--out", default="runs/examples/onsager", help="output folder")
 p.add_argument("--seed", type=int, default=0)
 args = p.parse_args()
 try:
