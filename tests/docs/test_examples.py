@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(__file__).parents[2]
 
@@ -56,3 +58,15 @@ def test_train_shakespeare(tmp_path, corpus):
     ppl = float(re.search(r"validation perplexity (\S+)", out).group(1))
     assert ppl < 65 / 2  # far below a uniform guess over the 65-character vocabulary
     assert _written(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_onsager(tmp_path):
+    """The 2D Ising example's smoke run: its AIS log Z within 4 of its SEs of Kaufman's exact value
+    (isingattn.onsager, tested against brute force), and its figures written."""
+    out = _run("onsager.py", "--quick", cwd=tmp_path)
+    rows = re.findall(r"^\| (\d+) \| (\S+) \| (\S+) \| (\S+) \| (\S+) \| (\S+) \|$", out, re.M)
+    assert len(rows) == 10  # 2 tori x 5 couplings
+    assert all(abs(float(err)) <= 4 * float(se) + 1e-3 for *_, err, se in rows), rows
+    assert _written(tmp_path) == ["runs/examples/onsager/meanfield_free_energy.png", "runs/examples/onsager/onsager.md",
+                                  "runs/examples/onsager/onsager.png"]

@@ -86,3 +86,38 @@ def test_bad_settings_are_refused():
         AIS(num_temps=0)
     with pytest.raises(IsingInputError):
         AIS(spacing="cubic")
+
+
+def _torus(L, K):
+    from isingattn import graphs
+
+    g = graphs.lattice([L, L], periodic=True)
+    return IsingModel(np.zeros(g.n), graphs.random_couplings(jax.random.key(0), g, "ferro", 1.0, dtype=np.float64),
+                      beta=K)
+
+
+@pytest.mark.slow
+def test_standard_error_is_honest_on_a_16x16_torus():
+    """Over 20 keys on a 16×16 torus at K = 0.4 (near K_c), z = (log Ẑ - log Z_Kaufman) / SE:
+    mean(z²) within the central 99.8% of χ²₂₀/20 ([0.37, 2.2]); Kaufman's value is tested
+    against brute force in tests/core/test_onsager.py."""
+    from isingattn import onsager
+
+    ref = float(onsager.torus_log_z(16, 16, 0.4))
+    eng = AIS(num_chains=64, num_temps=256)
+    model = _torus(16, 0.4)
+    z = []
+    for k in range(20):
+        out = eng.marginals(model, key=jax.random.key(200 + k))
+        z.append((float(out.log_z) - ref) / float(out.info["log_z_se"]))
+    assert 0.37 <= np.mean(np.square(z)) <= 2.2, z
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K", [0.3, 0.4406867935097715, 0.6])
+def test_log_z_on_a_32x32_torus_agrees_with_kaufman(K):
+    from isingattn import onsager
+
+    out = AIS(num_chains=128, num_temps=1024).marginals(_torus(32, K), key=jax.random.key(7))
+    err = float(out.log_z) - float(onsager.torus_log_z(32, 32, K))
+    assert abs(err) <= 4 * float(out.info["log_z_se"]), (err, float(out.info["log_z_se"]))
