@@ -13,6 +13,7 @@ Run:  python examples/onsager.py --out results/onsager         (about 15 minutes
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -105,7 +106,7 @@ atomic.savefig(fig2, f"{args.out}/meanfield_free_energy.png", dpi=120)
 table = ["| L | K | exact log Z (Kaufman) | AIS log Z | error | AIS SE |", "|---:|---:|---:|---:|---:|---:|"]
 table += [f"| {L} | {K:.4f} | {ref:.6f} | {lz:.6f} | {err:+.4f} | {se:.4f} |" for L, K, ref, lz, err, se in rows]
 atomic.write_text(f"{args.out}/onsager.md", "# AIS log Z on periodic L×L ferromagnets against Kaufman\n\n"
-                  + "\n".join(table) + f"\n\nCommand: python examples/onsager.py{' --quick' if args.quick else ''} "
-                  f"--out {args.out} ({time.perf_counter() - t0:.0f} s)\n")
+                  + "\n".join(table) + f"\n\nCommand: python examples/onsager.py {' '.join(sys.argv[1:])} "
+                  f"({time.perf_counter() - t0:.0f} s on {os.cpu_count()} CPUs)\n")
 print("\n".join(table))
 print(f"wrote {args.out}/onsager.png, meanfield_free_energy.png and onsager.md ({time.perf_counter() - t0:.0f} s)")
