@@ -88,7 +88,12 @@ def _covariance_vjp(h, J, beta, s, p, g):
     with normalized weights ``p [..., S]`` (``1/S`` each for plain samples): the covariances
     of the module docstring, as the one rule of every sampler's gradient."""
     m = jnp.einsum("...s,...sn->...n", p, s)
-    w = p * jnp.einsum("...sn,...n->...s", s - m[..., None, :], g)  # weighted, centred ḡ·s, [..., S]
+    return _moments_vjp(h, J, beta, s, p * jnp.einsum("...sn,...n->...s", s - m[..., None, :], g))
+
+
+def _moments_vjp(h, J, beta, s, w):
+    """``(β Σ_s w_s s, ½β Σ_s w_s s sᵀ, -Σ_s w_s E(s))``: the derivatives in ``(h, J, β)`` of
+    ``Σ_s w_s (-βE(s))`` for per-sample weights ``w [..., S]``, the shape of every rule here."""
     gh = beta * jnp.einsum("...s,...sn->...n", w, s)
     gJ = jax.tree_util.tree_map(lambda x: 0.5 * beta * x, _pair_grad(w[..., None] * s, s, J))
     gbeta = -jnp.sum(w * energy(h[..., None, :], insert_batch_axis(J), s))
@@ -195,6 +200,18 @@ def spin_second_moment(draws, active=None, words=None):
     return corr
 
 
+def _inputs(model: IsingModel, samples):
+    """``(h, J, samples)`` as every sample-marginal rule takes them: the masked parameters, ``h``
+    broadcast to the batch (``J`` stays as given: its gradient is summed in the VJP), the samples
+    zeroed on inactive spins, in the model's dtype, without a gradient of their own."""
+    act = model.active()
+    h, J = model.masked_parameters()
+    if act is not None:
+        samples = jnp.where(act[..., None, :], samples, 0.0)
+    samples = jax.lax.stop_gradient(samples.astype(model.dtype))
+    return jnp.broadcast_to(h, model.batch_shape + h.shape[-1:]), J, samples
+
+
 def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_blackwell: bool = False,
                      corr=None, mean=None) -> Marginals:
     """``Marginals`` from spin samples ``[..., S, n]`` (batch of the model, then samples).
@@ -208,12 +225,7 @@ def sample_marginals(model: IsingModel, samples: jax.Array, info=None, rao_black
     ``s`` (see the module docstring).
     """
     act = model.active()
-    h, J = model.masked_parameters()
-    batch = model.batch_shape
-    if act is not None:
-        samples = jnp.where(act[..., None, :], samples, 0.0)
-    samples = jax.lax.stop_gradient(samples.astype(model.dtype))
-    h = jnp.broadcast_to(h, batch + h.shape[-1:])  # J stays as given: its gradient is summed in the VJP
+    h, J, samples = _inputs(model, samples)
     if rao_blackwell:
         mean = _rb_mean(h, J, model.beta, samples)
     elif mean is not None:
@@ -257,11 +269,7 @@ def _weighted_log_z_fwd(h, J, beta, samples, p, log_z):
 
 def _weighted_log_z_bwd(res, g):
     h, J, beta, s, p = res
-    w = p * g[..., None]  # [..., S]
-    gh = beta * jnp.einsum("...s,...sn->...n", w, s)
-    gJ = jax.tree_util.tree_map(lambda x: 0.5 * beta * x, _pair_grad(w[..., None] * s, s, J))
-    gbeta = -jnp.sum(w * energy(h[..., None, :], insert_batch_axis(J), s))
-    return gh, gJ, gbeta.astype(beta.dtype), jnp.zeros_like(s), jnp.zeros_like(p), jnp.zeros_like(g)
+    return _moments_vjp(h, J, beta, s, p * g[..., None]) + (jnp.zeros_like(s), jnp.zeros_like(p), jnp.zeros_like(g))
 
 
 _weighted_log_z.defvjp(_weighted_log_z_fwd, _weighted_log_z_bwd)
@@ -273,14 +281,8 @@ def weighted_sample_marginals(model: IsingModel, samples: jax.Array, log_weights
     (unnormalized): the weighted mean and second moment, differentiable as
     :func:`sample_marginals` is, with the weighted covariances. ``log_z [...]``, when given, is
     returned with the derivatives of a log partition function (``∂ log Z/∂h = β⟨s⟩``, ...)."""
-    act = model.active()
-    h, J = model.masked_parameters()
-    batch = model.batch_shape
-    if act is not None:
-        samples = jnp.where(act[..., None, :], samples, 0.0)
-    samples = jax.lax.stop_gradient(samples.astype(model.dtype))
+    h, J, samples = _inputs(model, samples)
     p = jax.nn.softmax(jax.lax.stop_gradient(log_weights.astype(model.dtype)), axis=-1)
-    h = jnp.broadcast_to(h, batch + h.shape[-1:])
     mean = _weighted_mean(h, J, model.beta, samples, p)
     corr = None
     if not isinstance(J, SparseCouplings):

@@ -59,8 +59,10 @@ def _at(model: IsingModel, beta: float) -> IsingModel:
 
 
 def _chains_of(engine, S: int) -> int:
+    """Chain-major draws of ``num_chains`` chains (Gibbs), else one chain of independent reads
+    (SQA, dimod, and AIS, whose chains give one draw each)."""
     C = getattr(engine, "num_chains", 1)
-    return C if isinstance(C, int) and C > 0 and S % C == 0 and type(engine).__name__ != "AIS" else 1
+    return C if isinstance(C, int) and C > 0 and S % C == 0 and S // C >= 2 else 1
 
 
 def _ess(x, chains: int, weights) -> float:
