@@ -9,6 +9,7 @@ from isingattn.inference.mcmc.ais import AIS
 from isingattn.inference.mcmc.coloring import color_classes
 from isingattn.inference.mcmc.gibbs import Gibbs
 from isingattn.inference.mcmc.gibbs_kernel import GibbsInfo, GibbsState, gibbs_sweep, init_spins
+from isingattn.inference.mcmc.pt import ParallelTempering
 from isingattn.inference.mcmc.sqa import SQA
 from isingattn.inference.mcmc.sqa_kernel import SQAInfo, SQAState, sqa_init, sqa_sweep
 
