@@ -72,6 +72,7 @@ from isingattn.sparse import SparseCouplings
 
 SAMPLES_LIMIT_BYTES = 2**28  # keep_samples=None keeps float samples up to this size (as Gibbs)
 LOG_Z_BATCHES = 16  # batches per chain of the stepping stone's standard error
+MIN_ROUND_TRIPS = 10  # round trips per chain that make a constant spin an answer, not a frozen chain
 ADAPT_FRACTION = 0.75  # of the warmup spent adapting the ladder (the rest equilibrates at the final one)
 
 
@@ -122,7 +123,7 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         dict with ``words [ceil(D/32), C, *batch, n]`` (the target replica's draws, packed
         as :func:`~isingattn.inference.mcmc.gibbs.run_chains` packs them), ``energy [D, C,
         *batch]``, ``flip_rate [C, *batch]``, ``swap_rate [R-1, *batch]``, ``round_trip_rate
-        [*batch]``, ``ladder [R, *batch]``, ``log_ratio [K, *batch]`` (the stepping stone's
+        [*batch]``, ``round_trips [C, *batch]`` (per chain, during sampling), ``ladder [R, *batch]``, ``log_ratio [K, *batch]`` (the stepping stone's
         terms, ``K = R - 1``, or ``R`` with the uniform step to β = 0), ``log_ratio_se
         [*batch]`` (of their sum).
     """
@@ -234,6 +235,7 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         "flip_rate": flips / active_count / steps,
         "swap_rate": acc.mean(1) / (total - num_warmup),
         "round_trip_rate": trips.astype(dtype).mean(0) / (total - num_warmup),
+        "round_trips": trips,
         "ladder": betas[:, 0],
         "log_ratio": log_mean,
         "log_ratio_se": se,
@@ -342,6 +344,9 @@ class ParallelTempering(ColouredSweep):
         size = self.num_chains * (self.num_samples // self.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
         return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
 
+    def _hot_is_zero(self) -> bool:
+        return self.ladder[-1] == 0 if self.ladder is not None else self.beta_min == 0
+
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         n, dtype = model.n, model.dtype
         batch = tuple(model.batch_shape)
@@ -370,7 +375,12 @@ class ParallelTempering(ColouredSweep):
         }
         words = out["words"].reshape(out["words"].shape[:2] + (-1,))  # [D/32, C, F]
         if self.diagnostics:
-            info.update(_spin_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold)))
+            # a spin constant in every draw is evidence of nothing for Gibbs; here, when every
+            # chain brought states from β = 0 down to β at least MIN_ROUND_TRIPS times, it is
+            # the right answer up to about 1 / round trips (spins frozen into the ground state)
+            refreshed = (out["round_trips"].min(0) >= MIN_ROUND_TRIPS)[..., None] if self._hot_is_zero() else False
+            info.update(_spin_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold),
+                                          refreshed))
         m = packed_sample_marginals(model, words, D, info, keep_samples=self._keeps_samples(model),
                                     rao_blackwell=bool(self.rao_blackwell))
         log_z = _with_moment_gradients(log_z, model, m.mean, m.corr, energy_trace.mean((-2, -1)))
@@ -389,13 +399,15 @@ class ParallelTempering(ColouredSweep):
                 "or round trips are rare; see info['converged'], info['r_hat'], info['swap_rate'].")
 
 
-def _spin_diagnostics(words, D: int, C: int, h, J, beta, active, batch, n: int, dtype, rhat_threshold: float) -> dict:
+def _spin_diagnostics(words, D: int, C: int, h, J, beta, active, batch, n: int, dtype, rhat_threshold: float,
+                      refreshed=False) -> dict:
     """Gibbs' diagnostics of the packed draws ``words [D/32, C, F]``: split R-hat, ESS and MCSE
     from exact counts (:func:`~isingattn.diagnostics.packed_spin_diagnostics`), ``frozen`` and
     ``converged`` by the rule every sampler shares (:func:`~isingattn.diagnostics.known_constant`).
-    The same calls as ``gibbs._gibbs_marginals`` (which inlines them)."""
+    The same calls as ``gibbs._gibbs_marginals`` (which inlines them); ``refreshed``
+    (broadcast to ``[*batch, n]``) adds the constants that PT's round trips vouch for."""
     first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
-    known = known_constant(h, J, beta, first, C * D, active)
+    known = known_constant(h, J, beta, first, C * D, active) | refreshed
     rhat, ess, err, const = (v.reshape(batch + (n,)) for v in packed_spin_diagnostics(words, D, known.reshape(-1),
                                                                                      dtype=dtype))
     return dict(r_hat=rhat.astype(dtype), ess=ess.astype(dtype), mcse=err.astype(dtype), frozen=const & ~known,

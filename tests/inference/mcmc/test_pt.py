@@ -1,0 +1,411 @@
+"""Parallel tempering (isingattn.inference.mcmc.pt) against independent references only: an
+exact transfer matrix for open strips written HERE (not the Banded engine), float64 brute
+force for small models (isingattn.testing), Kaufman's torus partition function
+(isingattn.onsager, itself tested against brute force), and effective sample sizes computed
+here from the returned samples with ArviZ (never the engine's own ESS or MCSE)."""
+
+import itertools
+import unittest
+
+import arviz as az
+import dimod
+import dimod.testing
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from isingattn import IsingInputError, IsingModel, IsingTypeError, inference
+from isingattn.engine import from_spec, to_spec
+from isingattn.graphs import lattice
+from isingattn.inference.dimod.pt_sampler import PTSampler
+from isingattn.inference.mcmc import ParallelTempering
+from isingattn.inference.mcmc.pt_kernel import COLD, NONE, PTState, adapt_ladder, pt_init, pt_step, swap_round
+from isingattn.onsager import torus_log_z
+from isingattn.sparse import SparseCouplings
+from isingattn.testing import brute_force
+
+# ---- the exact reference: a transfer matrix over the columns of an open strip --------------
+
+
+def strip_model(rows, cols, seed=0, h_scale=0.3):
+    """±1 couplings on an open ``rows × cols`` grid (spin ``r·cols + c``), ``h ~ N(0, h_scale²)``."""
+    rng = np.random.default_rng(seed)
+    n = rows * cols
+    J = np.zeros((n, n))
+    for r in range(rows):
+        for c in range(cols):
+            i = r * cols + c
+            if c + 1 < cols:
+                J[i, i + 1] = J[i + 1, i] = rng.choice([-1.0, 1.0])
+            if r + 1 < rows:
+                J[i, i + cols] = J[i + cols, i] = rng.choice([-1.0, 1.0])
+    return rng.normal(0, h_scale, n), J
+
+
+def transfer_exact(h, J, beta, rows, cols):
+    """Exact ``(mean [n], ⟨E⟩, log Z)`` of the strip in float64: forward–backward over its
+    columns, each column a state of ``2^rows`` configurations."""
+    X = np.array(list(itertools.product([1.0, -1.0], repeat=rows)))  # [S, rows]
+    col = lambda c: np.arange(rows) * cols + c
+    loc, pair = [], []  # -E inside column c [S]; -E between columns c and c+1 [S, S]
+    for c in range(cols):
+        I = col(c)
+        loc.append(X @ h[I] + 0.5 * np.einsum("sa,ab,sb->s", X, J[np.ix_(I, I)], X))
+        if c + 1 < cols:
+            pair.append(X @ J[np.ix_(I, col(c + 1))] @ X.T)
+    la = [beta * loc[0]]  # log forward messages (column c's own weight included)
+    for c in range(1, cols):
+        la.append(np.logaddexp.reduce(la[-1][:, None] + beta * pair[c - 1], axis=0) + beta * loc[c])
+    lb = [np.zeros(len(X))] * cols  # log backward messages
+    for c in range(cols - 2, -1, -1):
+        lb[c] = np.logaddexp.reduce(beta * pair[c] + (beta * loc[c + 1] + lb[c + 1])[None, :], axis=1)
+    log_z = np.logaddexp.reduce(la[-1])
+    mean, E = np.zeros(rows * cols), 0.0
+    for c in range(cols):
+        p = np.exp(la[c] + lb[c] - log_z)
+        mean[col(c)] = p @ X
+        E -= p @ loc[c]
+        if c + 1 < cols:
+            pp = np.exp(la[c][:, None] + beta * pair[c] + (beta * loc[c + 1] + lb[c + 1])[None, :] - log_z)
+            E -= np.sum(pp * pair[c])
+    return mean, E, log_z
+
+
+def test_transfer_matrix_is_brute_force():
+    h, J = strip_model(3, 4, seed=5)
+    mean, E, log_z = transfer_exact(h, J, 0.8, 3, 4)
+    ref = brute_force(h, J, 0.8)
+    S, p = ref["spins"], ref["probs"]
+    np.testing.assert_allclose(mean, ref["mean"], atol=1e-12)
+    np.testing.assert_allclose(E, p @ (-S @ h - 0.5 * np.einsum("ci,ij,cj->c", S, J, S)), atol=1e-10)
+    np.testing.assert_allclose(log_z, ref["log_z"], atol=1e-10)
+
+
+# ---- the statistical checks, with ESS from ArviZ --------------------------------------------
+
+RARE_FLIPS = 20  # sign changes below which a spin's ESS is not estimable from its series
+RARE_TOL = 0.02  # ... such a spin's marginal is then within this of ±1 (its minority state is rare)
+
+
+def _ess(x):
+    """ArviZ's bulk ESS of ``x [chains, draws]``."""
+    return float(az.ess(np.asarray(x, np.float64)))
+
+
+def check_marginals_and_energy(out, num_chains, mean_ref, energy_ref, n_sd=4.0):
+    """Every marginal and ⟨E⟩ within ``n_sd`` Monte Carlo standard errors, the MCSE from an ESS
+    computed here. A spin whose draws changed sign fewer than ``RARE_FLIPS`` times in all
+    chains has no estimable correlation time (a rare excursion of a spin frozen into the
+    ground state): it must then be within ``RARE_TOL`` of the reference instead."""
+    S = np.asarray(out.samples, np.float64)
+    S = S.reshape((num_chains, -1) + S.shape[-1:])  # chain-major [C, D, n]
+    est = np.asarray(out.mean, np.float64)
+    np.testing.assert_allclose(est, S.mean((0, 1)), atol=1e-5)  # the mean is the samples' mean
+    flips = (np.diff(S, axis=1) != 0).sum((0, 1))
+    bad = []
+    for i in range(S.shape[-1]):
+        err = abs(est[i] - mean_ref[i])
+        if flips[i] < RARE_FLIPS:
+            if err > RARE_TOL:
+                bad.append((i, "rare", err))
+            continue
+        mcse = S[:, :, i].std() / np.sqrt(_ess(S[:, :, i]))
+        if err > n_sd * mcse:
+            bad.append((i, err, mcse))
+    assert not bad, bad
+    E = np.asarray(out.info["energy"], np.float64)  # [C, D]
+    assert E.shape == S.shape[:2]
+    mcse_E = E.std() / np.sqrt(_ess(E))
+    assert abs(E.mean() - energy_ref) <= n_sd * mcse_E, (E.mean(), energy_ref, mcse_E)
+    return S
+
+
+def _strip(rows, cols, beta, seed=0, dtype=jnp.float32):
+    h, J = strip_model(rows, cols, seed)
+    return h, J, IsingModel(jnp.asarray(h, dtype), jnp.asarray(J, dtype), beta)
+
+
+# One small engine shared by the fast cases (one compilation).
+FAST = ParallelTempering(num_warmup=200, num_samples=1500, num_chains=4, num_replicas=6)
+
+
+def test_small_strip_marginals_energy_and_log_z():
+    """A 3×8 ±J strip at β = 2 (frustrated, slow for single-spin moves)."""
+    rows, cols, beta = 3, 8, 2.0
+    h, J, model = _strip(rows, cols, beta, seed=1)
+    mean, E, log_z = transfer_exact(h, J, beta, rows, cols)
+    out = FAST.marginals(model, key=jax.random.key(0))
+    check_marginals_and_energy(out, FAST.num_chains, mean, E)
+    se = float(out.info["log_z_se"])
+    assert 0 < se < 0.5 and abs(float(out.log_z) - log_z) <= 4 * se, (float(out.log_z), log_z, se)
+    info = out.info
+    assert info["log_z_kind"] == "estimate"
+    assert info["swap_rate"].shape == (FAST.num_replicas - 1,) and np.all(np.asarray(info["swap_rate"]) > 0.1)
+    lad = np.asarray(info["ladder"])
+    assert lad.shape == (6,) and lad[0] == pytest.approx(beta) and lad[-1] == 0 and np.all(np.diff(lad) < 0)
+    assert float(info["round_trip_rate"]) > 0
+    assert info["energy"].shape == (4, 1500) and info["flip_rate"].shape == (4,)
+    for k in ("r_hat", "ess", "mcse", "frozen"):
+        assert info[k].shape == (rows * cols,)
+    assert bool(info["converged"])
+
+
+STRIPS = [(8, 24), (6, 40)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows,cols", STRIPS)
+@pytest.mark.parametrize("beta", [1.0, 2.0, 3.0])
+def test_strip_defaults_against_transfer_matrix(rows, cols, beta):
+    """The engine as users call it, ``inference.get("pt")``, on the strips of issue 29: every
+    marginal and ⟨E⟩ within 4 MCSE (ESS computed here), and within 0.08 of exact."""
+    h, J, model = _strip(rows, cols, beta)
+    mean, E, log_z = transfer_exact(h, J, beta, rows, cols)
+    out = inference.get("pt").marginals(model, key=jax.random.key(1))
+    check_marginals_and_energy(out, 4, mean, E)
+    assert np.abs(np.asarray(out.mean) - mean).max() <= 0.08
+    se = float(out.info["log_z_se"])
+    assert abs(float(out.log_z) - log_z) <= 4 * se, (float(out.log_z), log_z, se)
+
+
+# ---- log Z against Kaufman -------------------------------------------------------------------
+
+
+def _torus(L, K, sparse):
+    g = lattice((L, L), periodic=True)
+    J = SparseCouplings(g, jnp.ones(g.E, jnp.float32))
+    return IsingModel(jnp.zeros(L * L, jnp.float32), J if sparse else J.to_dense(), K)
+
+
+def test_log_z_small_torus_sparse_colored():
+    """4×4 torus at K = 0.6 (above K_c): sparse couplings, colour-class sweeps."""
+    out = FAST.marginals(_torus(4, 0.6, sparse=True), key=jax.random.key(2))
+    ref, se = float(torus_log_z(4, 4, 0.6)), float(out.info["log_z_se"])
+    assert 0 < se < 0.3 and abs(float(out.log_z) - ref) <= 4 * se, (float(out.log_z), ref, se)
+    assert out.corr is None and out.info["energy"].shape == (4, 1500)
+
+
+@pytest.mark.slow
+def test_log_z_16x16_torus_kaufman():
+    out = ParallelTempering(num_replicas=32).marginals(_torus(16, 0.6, sparse=True), key=jax.random.key(3))
+    ref, se = float(torus_log_z(16, 16, 0.6)), float(out.info["log_z_se"])
+    assert 0 < se < 1.0 and abs(float(out.log_z) - ref) <= 4 * se, (float(out.log_z), ref, se)
+
+
+def test_log_z_with_a_hot_end_above_zero():
+    """``beta_min > 0``: the last stepping stone is a mean over fresh uniform draws."""
+    rows, cols, beta = 2, 5, 1.0
+    h, J, model = _strip(rows, cols, beta, seed=3)
+    eng = ParallelTempering(num_warmup=100, num_samples=1000, num_replicas=4, beta_min=0.1)
+    out = eng.marginals(model, key=jax.random.key(4))
+    ref = brute_force(h, J, beta)
+    se = float(out.info["log_z_se"])
+    assert abs(float(out.log_z) - ref["log_z"]) <= 4 * se, (float(out.log_z), ref["log_z"], se)
+    assert float(out.info["ladder"][-1]) == pytest.approx(0.1)
+
+
+def test_log_z_gradient_is_the_moments():
+    """∂ log Z/∂β = -⟨E⟩ and ∂ log Z/∂h = β⟨s⟩, from the sampled moments (against brute force)."""
+    rows, cols, beta = 2, 4, 0.7
+    h, J, _ = _strip(rows, cols, beta, seed=4)
+    ref = brute_force(h, J, beta)
+    S, p = ref["spins"], ref["probs"]
+    E_ref = p @ (-S @ h - 0.5 * np.einsum("ci,ij,cj->c", S, J, S))
+    eng = ParallelTempering(num_warmup=100, num_samples=2000, num_replicas=3, diagnostics=False)
+    f = lambda h_, b_: eng.marginals(IsingModel(h_, jnp.asarray(J, jnp.float32), b_), key=jax.random.key(5)).log_z
+    g_h, g_b = jax.grad(f, argnums=(0, 1))(jnp.asarray(h, jnp.float32), jnp.float32(beta))
+    assert abs(float(g_b) + E_ref) < 0.3
+    np.testing.assert_allclose(np.asarray(g_h), beta * ref["mean"], atol=0.1)
+
+
+# ---- batches, masks, sparse ------------------------------------------------------------------
+
+
+def test_batched_masked_sparse_agree_with_brute_force():
+    """Two models (one with two spins masked) on a sparse 3×3 lattice, one run: each within
+    4 MCSE of brute force, its log Z within 4 SE; masked spins are 0 and not counted."""
+    g = lattice((3, 3))
+    rng = np.random.default_rng(7)
+    w = rng.choice([-1.0, 1.0], (2, g.E))
+    h = rng.normal(0, 0.3, (2, 9))
+    mask = np.ones((2, 9), bool)
+    mask[1, [2, 6]] = False
+    beta = 1.5
+    model = IsingModel(jnp.asarray(h, jnp.float32), SparseCouplings(g, jnp.asarray(w, jnp.float32)), beta,
+                       mask=jnp.asarray(mask))
+    out = FAST.marginals(model, key=jax.random.key(6))
+    S = np.asarray(out.samples)
+    assert S.shape == (2, 4 * 1500, 9) and out.info["ladder"].shape == (2, 6)
+    assert np.all(np.asarray(out.mean)[1, [2, 6]] == 0)
+    for b in range(2):
+        Jd = np.asarray(SparseCouplings(g, w[b]).to_dense())
+        ref = brute_force(h[b], Jd, beta, mask[b])
+        mean = np.zeros(9)
+        mean[mask[b]] = ref["mean"][mask[b]] if ref["mean"].shape == (9,) else ref["mean"]
+        act = np.flatnonzero(mask[b])
+        sub = type(out)(mean=out.mean[b][act], samples=out.samples[b][:, act], info={"energy": out.info["energy"][b]})
+        Ss = ref["spins"]
+        Es = -Ss @ h[b][act] - 0.5 * np.einsum("ci,ij,cj->c", Ss, Jd[np.ix_(act, act)], Ss)
+        check_marginals_and_energy(sub, 4, mean[act], ref["probs"] @ Es)
+        se = float(out.info["log_z_se"][b])
+        assert abs(float(out.log_z[b]) - ref["log_z"]) <= 4 * se, (b, float(out.log_z[b]), ref["log_z"], se)
+
+
+def test_same_key_same_result_and_jit():
+    h, J, model = _strip(2, 3, 1.0, seed=8)
+    eng = ParallelTempering(num_warmup=20, num_samples=40, num_replicas=3)
+    a = eng.marginals(model, key=jax.random.key(9))
+    b = eng.marginals(model, key=jax.random.key(9))
+    c = eng.marginals(model, key=jax.random.key(10))
+    np.testing.assert_array_equal(np.asarray(a.samples), np.asarray(b.samples))
+    assert not np.array_equal(np.asarray(a.samples), np.asarray(c.samples))
+    jitted = jax.jit(lambda m, k: eng.marginals(m, key=k).mean)
+    np.testing.assert_allclose(np.asarray(jitted(model, jax.random.key(9))), np.asarray(a.mean), atol=1e-6)
+
+
+# ---- the kernel ------------------------------------------------------------------------------
+
+
+def test_swaps_transport_states_along_the_ladder():
+    """With every swap accepted (equal β) the even–odd rounds move each state one rung per
+    step, so a state crosses R rungs in R steps: the non-reversible sweep of the ladder."""
+    R, C = 6, 2
+    s = jnp.arange(R, dtype=jnp.float32)[:, None, None] * jnp.ones((R, C, 3))
+    E, last = jnp.zeros((R, C)), jnp.full((R, C), NONE).at[0].set(COLD)
+    trips = 0
+    for t in range(2 * R):
+        s, E, last, info = swap_round(jnp.zeros((R - 1, C)), s, E, last, jnp.ones(R), t % 2)
+        trips = trips + info.round_trips
+        assert np.all(np.asarray(info.swapped)[t % 2 :: 2]) and not np.any(np.asarray(info.swapped)[1 - t % 2 :: 2])
+    np.testing.assert_array_equal(np.asarray(s[:, 0, 0]), np.arange(R))  # every state back after 2R steps
+    assert np.all(np.asarray(trips) == 1)  # the state that started cold went hot and came back
+
+
+def test_swap_acceptance_is_the_metropolis_ratio():
+    u = jnp.full((1, 1), 0.5)
+    s = jnp.stack([jnp.ones((1, 2)), -jnp.ones((1, 2))])
+    last = jnp.zeros((2, 1), jnp.int32)
+    # (β_0 - β_1)(E_0 - E_1) = (2 - 1)(-3 - 0) = -3: probability e^-3 < 0.5, refused
+    _, _, _, info = swap_round(u, s, jnp.array([[-3.0], [0.0]]), last, jnp.array([2.0, 1.0]), 0)
+    assert float(info.accept_prob[0, 0]) == pytest.approx(np.exp(-3)) and not bool(info.swapped[0, 0])
+    # the colder replica holds the higher energy: always accepted
+    s2, E2, _, info = swap_round(u, s, jnp.array([[1.0], [0.0]]), last, jnp.array([2.0, 1.0]), 0)
+    assert bool(info.swapped[0, 0]) and float(E2[0, 0]) == 0.0 and float(s2[0, 0, 0]) == -1.0
+
+
+def test_adapt_ladder_equalizes_rejection():
+    betas = jnp.linspace(2.0, 0.0, 5)
+    new = adapt_ladder(betas, jnp.array([0.8, 0.1, 0.1, 0.2]))
+    assert float(new[0]) == 2.0 and float(new[-1]) == 0.0 and np.all(np.diff(np.asarray(new)) < 0)
+    assert float(new[1]) > 1.5 + 0.5 * 0.5  # the costly cold pair gets rungs packed closer
+
+
+def test_pt_step_kernel_samples_a_small_model():
+    """The public kernel alone (``pt_step``, blackjax style), 3 replicas × 256 chains of a
+    5-spin model at β = 1.5: the cold replica's mean within 4 standard errors of brute force
+    (independent chains' final states)."""
+    rng = np.random.default_rng(11)
+    h = rng.normal(0, 0.5, 5)
+    J = np.triu(rng.choice([-1.0, 1.0], (5, 5)), 1)
+    J = J + J.T
+    hj, Jj = jnp.asarray(h, jnp.float32), jnp.asarray(J, jnp.float32)
+    betas = jnp.array([1.5, 0.7, 0.0])
+    state = pt_init(jax.random.key(0), betas, (256, 5), h=hj, J=Jj)
+    assert isinstance(state, PTState) and state.spins.shape == (3, 256, 5)
+
+    @jax.jit
+    def run(state):
+        def body(t, st):
+            return pt_step(jax.random.fold_in(jax.random.key(1), t), st, hj, Jj, betas, t % 2)[0]
+        return jax.lax.fori_loop(0, 60, body, state)
+
+    state = run(state)
+    ref = brute_force(h, J, 1.5)["mean"]
+    s = np.asarray(state.spins[0])
+    se = np.sqrt(np.maximum(1 - ref**2, 1e-3) / 256)
+    assert np.all(np.abs(s.mean(0) - ref) <= 4 * se), (s.mean(0), ref)
+    E = np.asarray(state.energy)
+    np.testing.assert_allclose(E[0], -s @ h - 0.5 * np.einsum("ci,ij,cj->c", s, J, s), atol=1e-4)
+
+
+# ---- configuration, registry, bad input -------------------------------------------------------
+
+
+def test_registered_and_spec_round_trip():
+    eng = inference.get("pt", num_replicas=4, ladder=[1.0, 0.5, 0.2, 0.0])
+    assert isinstance(eng, ParallelTempering) and eng.ladder == (1.0, 0.5, 0.2, 0.0)
+    assert from_spec(to_spec(eng)) == eng and to_spec(eng)["name"] == "pt"
+    assert isinstance(inference.get("pt"), ParallelTempering)
+
+
+@pytest.mark.parametrize("config,match", [
+    (dict(num_replicas=1), "num_replicas"),
+    (dict(num_replicas=0), "num_replicas"),
+    (dict(beta_min=-0.1), "beta_min"),
+    (dict(num_samples=6, thin=4), "draws"),
+    (dict(ladder=[1.0, 0.5]), "ladder"),  # wrong length for 16 replicas
+    (dict(num_replicas=3, ladder=[0.9, 0.5, 0.0]), "ladder"),  # does not start at 1
+    (dict(num_replicas=3, ladder=[1.0, 0.5, 0.6]), "ladder"),  # not decreasing
+    (dict(num_replicas=3, ladder=[1.0, 0.5, -0.1]), "ladder"),
+    (dict(schedule="random"), "schedule"),
+    (dict(num_chains="4"), "num_chains"),
+    (dict(adapt_rounds=0), "adapt_rounds"),
+    (dict(rhat_threshold=1.0), "rhat_threshold"),
+])
+def test_bad_configuration_is_refused(config, match):
+    with pytest.raises(IsingInputError, match=match):
+        ParallelTempering(**config)
+
+
+def test_bad_ladder_type_and_bad_calls():
+    with pytest.raises(IsingTypeError, match="ladder"):
+        ParallelTempering(num_replicas=2, ladder=["1", "0"])
+    with pytest.raises(IsingInputError, match="setting"):
+        inference.get("pt", replicas=4)
+    h, J, model = _strip(2, 2, 1.0)
+    with pytest.raises(IsingInputError, match="key"):
+        FAST.marginals(model)
+    with pytest.raises(IsingTypeError, match="IsingModel"):
+        FAST.marginals((h, J), key=jax.random.key(0))
+
+
+# ---- dimod -----------------------------------------------------------------------------------
+
+SAMPLER = PTSampler(num_sweeps=50, num_replicas=4)  # small: these tests check the contract
+
+
+def test_pt_sampler_api_and_energies():
+    dimod.testing.assert_sampler_api(SAMPLER)
+    assert set(SAMPLER.parameters) == set(PTSampler.DEFAULTS) | {"seed"}
+    for vartype in (dimod.SPIN, dimod.BINARY):
+        bqm = dimod.BQM({"a": 0.5, 1: -0.3, (2, "x"): 0.1}, {("a", 1): -1.0, (1, (2, "x")): 0.4}, 0.7, dimod.SPIN)
+        bqm = bqm.change_vartype(vartype, inplace=False)
+        ss = SAMPLER.sample(bqm, num_reads=7, seed=3)
+        assert len(ss) == 7 and ss.vartype is vartype and set(ss.variables) == set(bqm.variables)
+        dimod.testing.assert_sampleset_energies(ss, bqm)
+        assert set(ss.info) >= {"seed", "beta", "ladder", "swap_rate", "round_trip_rate", "log_z", "log_z_se"}
+    a, b = (SAMPLER.sample(bqm, seed=5) for _ in range(2))
+    np.testing.assert_array_equal(a.record.sample, b.record.sample)
+    with pytest.raises(IsingInputError):
+        SAMPLER.sample(bqm, beta=0.0)
+    with pytest.raises(IsingInputError):
+        PTSampler(num_replicas=1)
+
+
+def test_pt_sampler_samples_at_its_beta():
+    """Reads are independent chains: the mean spin over 512 reads within 4 SE of brute force."""
+    bqm = dimod.BQM({0: 0.4, 1: -0.2, 2: 0.0}, {(0, 1): -1.0, (1, 2): 0.8}, 0.0, dimod.SPIN)
+    ss = SAMPLER.sample(bqm, num_reads=512, beta=1.3, seed=1)
+    h = np.array([-0.4, 0.2, 0.0])  # SPIN view: h = -linear, J = -quadratic
+    J = np.zeros((3, 3))
+    J[0, 1] = J[1, 0] = 1.0
+    J[1, 2] = J[2, 1] = -0.8
+    ref = brute_force(h, J, 1.3)["mean"]
+    s = ss.record.sample[:, [ss.variables.index(v) for v in (0, 1, 2)]].astype(float)
+    assert np.all(np.abs(s.mean(0) - ref) <= 4 * np.sqrt((1 - ref**2) / 512)), (s.mean(0), ref)
+
+
+@dimod.testing.load_sampler_bqm_tests(SAMPLER)
+class TestPTSamplerConformance(unittest.TestCase):
+    """dimod's shipped Sampler tests (empty, 1-3 variable BQMs, SPIN/BINARY, 3 BQM classes)."""
