@@ -12,6 +12,7 @@ from isingattn.inference.mcmc.gibbs_kernel import GibbsInfo, GibbsState, gibbs_s
 from isingattn.inference.mcmc.pt import ParallelTempering
 from isingattn.inference.mcmc.sqa import SQA
 from isingattn.inference.mcmc.sqa_kernel import SQAInfo, SQAState, sqa_init, sqa_sweep
+from isingattn.inference.mcmc.swendsen_wang import SwendsenWang
 
 __all__ = ["AIS", "Gibbs", "GibbsInfo", "GibbsState", "SQA", "SQAInfo", "SQAState", "color_classes", "gibbs_sweep",
            "init_spins", "sqa_init", "sqa_sweep"]
