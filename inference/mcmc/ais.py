@@ -16,8 +16,8 @@ systematic or coloured sweeps). With ``C`` chains and weights ``w_c``:
   differentiable through the weighted fluctuation–dissipation identities
   (:func:`isingattn.fluctuation.weighted_sample_marginals`), as is ``log Z``.
 
-Cost: ``num_temps · sweeps_per_temp`` sweeps of every chain plus one energy per
-temperature, the chains a batch axis of one state (no vmap). The variance of the weights
+Cost: ``num_temps · sweeps_per_temp`` sweeps of every chain, the chains a batch axis of
+one state (no vmap); the energies come from the sweeps' own changes. The variance of the weights
 grows with the work dissipated by annealing too fast: raise ``num_temps`` when
 ``weight_ess`` is small against ``num_chains`` or ``log_z_se`` is large.
 """
@@ -32,13 +32,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from isingattn import prng
 from isingattn import validate as V
 from isingattn.energy import energy
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import weighted_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_thresholds, sweep_with_thresholds
+from isingattn.inference.mcmc.gibbs import NOISE_CHUNK, NOISE_CHUNK_ELEMENTS
+from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
@@ -64,29 +66,46 @@ def anneal(key, h, J, beta, active, shape, fractions, *, num_chains: int, sweeps
     Returns:
         ``spins [C, *batch, n]`` (the final states), ``log_w [C, *batch]`` (log weights, without
         ``log Z_0``) and ``energy [C, *batch]`` of the final states.
+
+    The loop is Gibbs's (:func:`~isingattn.inference.mcmc.gibbs.run_chains`): spins carried
+    spin-major, the logistic noise of ``NOISE_CHUNK`` sweeps drawn at once and scaled by
+    each sweep's ``1/2β``, and the energy that the weights need tracked from each sweep's
+    own change (``GibbsInfo.delta_energy``), recomputed exactly once a chunk. An energy per
+    temperature would cost as much as a sweep on a sparse graph.
     """
     dtype = h.dtype
     shape = tuple(shape)
     J = J.astype(dtype).with_table() if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
     betas = jnp.asarray(beta, dtype) * jnp.asarray(np.concatenate([[0.0], np.asarray(fractions)]), dtype)
+    spt = sweeps_per_temp
+    total = (betas.shape[0] - 1) * spt  # sweeps; sweep t runs at betas[t // spt + 1]
     k_init, k_run = jax.random.split(key)
     s = init_spins(k_init, (num_chains,) + shape, active, dtype).spins  # exact at β = 0
+    to_t = lambda x: jnp.moveaxis(x, -1, 0)  # [C, *batch, n] -> [n, C, *batch]
+    from_t = lambda x: jnp.moveaxis(x, 0, -1)
+    L = max(1, min(NOISE_CHUNK, total, NOISE_CHUNK_ELEMENTS // max(num_chains * int(np.prod(shape)), 1)))
+    keys = jax.random.split(k_run, -(-total // L))
 
-    def step(carry, xs):
-        s, log_w = carry
-        k, b_prev, b = xs
-        log_w = log_w - (b - b_prev) * energy(h, J, s)
+    def sweep(t, carry, noise):
+        s_t, E, log_w = carry
+        k = t // spt
+        b_prev, b = betas[k], betas[k + 1]
+        # entering β_k: the weight gains -(β_k - β_{k-1}) E(s), then the chain moves at β_k
+        log_w = log_w - jnp.where(t % spt == 0, (b - b_prev) * E, 0)
+        new, info = sweep_with_thresholds(from_t(noise * (0.5 / b)), GibbsState(from_t(s_t)), h, J, classes)
+        return to_t(new.spins), E + info.delta_energy, log_w
 
-        def sweep(i, s):
-            t = sweep_thresholds(jax.random.fold_in(k, i), s.shape, dtype, b)
-            return sweep_with_thresholds(t, GibbsState(s), h, J, classes)[0].spins
+    def chunk(c, carry):
+        s_t, log_w = carry
+        noise = prng.logistic(keys[c], (L,) + s_t.shape, dtype)  # [L, n, C, *batch]
+        E = energy(h, J, from_t(s_t))  # exact once a chunk: no drift builds up
+        inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
+        s_t, _, log_w = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (s_t, E, log_w))
+        return s_t, log_w
 
-        return (lax.fori_loop(0, sweeps_per_temp, sweep, s), log_w), None
-
-    K = betas.shape[0] - 1
-    keys = jax.random.split(k_run, K)
     log_w = jnp.zeros((num_chains,) + shape[:-1], dtype)
-    (s, log_w), _ = lax.scan(step, (s, log_w), (keys, betas[:-1], betas[1:]))
+    s_t, log_w = lax.fori_loop(0, keys.shape[0], chunk, (to_t(s), log_w))
+    s = from_t(s_t)
     return s, log_w, energy(h, J, s)
 
 

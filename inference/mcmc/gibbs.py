@@ -66,6 +66,7 @@ from jax import lax
 from isingattn import prng
 from isingattn import validate as V
 from isingattn.diagnostics import WORD, known_constant, packed_spin_diagnostics
+from isingattn.energy import energy
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
@@ -125,8 +126,8 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
         words ``[ceil(D/32), C, *batch, n]`` uint32, the draws ``[D, C, *batch, n]``
         packed as :func:`~isingattn.diagnostics.pack_spins` packs them (bit ``b`` of word
         ``j``: draw ``32j + b`` is +1; unpack with
-        :func:`~isingattn.fluctuation.unpack_samples`), and the mean flip rate over the
-        kept sweeps ``[C, *batch]``.
+        :func:`~isingattn.fluctuation.unpack_samples`), the mean flip rate over the
+        kept sweeps ``[C, *batch]``, and the energy of each draw ``[D, C, *batch]``.
     """
     D = num_samples // thin
     burn = num_warmup + num_samples % thin  # as fori_collect: keep the LAST sweep of each block
@@ -149,15 +150,17 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
     # and are overwritten later, as are the first thin-1 sweeps of every block.
     def sweep(t, carry, thresholds):
-        s, draws, flips = carry
-        new = to_t(sweep_with_thresholds(from_t(thresholds), GibbsState(from_t(s)), h, J, classes)[0].spins)
+        s, E, draws, energies, flips = carry
+        new, info = sweep_with_thresholds(from_t(thresholds), GibbsState(from_t(s)), h, J, classes)
+        new, E = to_t(new.spins), E + info.delta_energy
         d = jnp.clip((t - burn) // thin, 0, D - 1)
         bit = (d % WORD).astype(jnp.uint32)
         word = lax.dynamic_index_in_dim(draws, d // WORD, 0, keepdims=False)
         word = (word & ~(jnp.uint32(1) << bit)) | ((new > 0).astype(jnp.uint32) << bit)
         draws = lax.dynamic_update_index_in_dim(draws, word, d // WORD, 0)
+        energies = lax.dynamic_update_index_in_dim(energies, E, d, 0)
         flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
-        return new, draws, flips
+        return new, E, draws, energies, flips
 
     # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
     # from the keys _chain_step splits, at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of
@@ -168,18 +171,23 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), (-2, -1), (0, 1))
 
     def chunk(c, carry):
-        s, k, draws, flips = carry
+        s, k, draws, energies, flips = carry
         # raw key data [C, 2]; prng.split is jax.random.split bit for bit, fused
         k, keys = lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # keys [L, C, 2]
         noise = jax.vmap(noise_of)(keys)  # [L, n, C, *batch]
+        # the energy exactly once a chunk, then the sweeps' own changes: no drift builds up
+        E = energy(h, J, from_t(s))
         inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
-        s, draws, flips = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner, (s, draws, flips))
-        return s, k, draws, flips
+        s, _, draws, energies, flips = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner,
+                                                     (s, E, draws, energies, flips))
+        return s, k, draws, energies, flips
 
-    _, _, draws, flips = lax.fori_loop(0, -(-total // L), chunk, (s, jax.random.key_data(k), draws, flips))
+    energies = jnp.zeros((D,) + s.shape[1:], dtype)  # [D, C, *batch]
+    _, _, draws, energies, flips = lax.fori_loop(0, -(-total // L), chunk,
+                                                 (s, jax.random.key_data(k), draws, energies, flips))
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
     words = jnp.moveaxis(draws, 1, -1)  # [D/32, n, C, *batch] -> [D/32, C, *batch, n]
-    return words, 0.5 * flips.sum(0) / active_count / (D * thin)
+    return words, 0.5 * flips.sum(0) / active_count / (D * thin), energies
 
 
 # ---------------------------------------------------------------------------------
@@ -214,6 +222,10 @@ class Gibbs(ColouredSweep):
 
     * ``flip_rate [*batch, chains]``: fraction of active spins flipped per sweep
       (heat bath always accepts; this is the acceptance-rate analogue).
+    * ``energy [*batch, chains, draws]``: ``E(s)`` of each kept draw (every ``thin``-th sweep
+      after warmup, so its autocorrelation time is in units of ``thin`` sweeps), for
+      integrated autocorrelation times and heat capacities. Tracked from each sweep's own
+      energy change (:class:`GibbsInfo`), recomputed exactly every ``NOISE_CHUNK`` sweeps.
     * ``r_hat``, ``ess``, ``mcse`` ``[*batch, n]`` (with ``diagnostics``): split
       R-hat and ESS (numpyro's estimators, computed in JAX so they work under
       jit), and the Monte Carlo standard error ``std / sqrt(ess)`` of each mean.
@@ -300,12 +312,12 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     batch = tuple(model.batch_shape)
     # The sampler needs no derivatives: gradients come from the fluctuation–dissipation VJP.
     h, J, beta = (lax.stop_gradient(x) for x in (model.h, model.J, model.beta))
-    words, rates = run_chains(
+    words, rates, energies = run_chains(
         key, h, J, beta, model.active(), batch + (n,), num_warmup=num_warmup,
         num_samples=num_samples, num_chains=num_chains, thin=thin, classes=classes,
     )  # words [D/32, C, *batch, n] (the draws, packed), rates [C, *batch]
     C, D = num_chains, num_samples // thin
-    info = {"flip_rate": jnp.moveaxis(rates, 0, -1)}
+    info = {"flip_rate": jnp.moveaxis(rates, 0, -1), "energy": jnp.moveaxis(energies, (0, 1), (-1, -2))}
     # every statistic below is a count on the packed words: the float draws are never made
     words = words.reshape(words.shape[:2] + (-1,))  # [D/32, C, F]
     if diagnostics:

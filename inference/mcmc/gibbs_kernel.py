@@ -36,9 +36,13 @@ class GibbsInfo(NamedTuple):
     flip_rate: ``[...]``, the fraction of active spins that changed sign. A
         heat-bath update is always accepted, so this is the analogue of an
         acceptance rate: near 0 means the chain is frozen.
+    delta_energy: ``[...]``, ``E(new) - E(old)``. A move of ``s_i`` by ``d_i`` changes the
+        energy by ``-d_i f_i``, with ``f_i`` the local field the update saw, so the
+        energy trace costs one multiply-add per spin, not an energy per sweep.
     """
 
     flip_rate: jax.Array
+    delta_energy: jax.Array
 
 
 def _class_table(classes, n: int):
@@ -61,7 +65,8 @@ def heat_bath_update(G, s, noise, J_in):
     G: ``[b, ...]`` their local fields with the block's OLD spins; s: ``[b, ...]`` old
     spins (0 = inactive, kept 0); noise: ``(t,)``, thresholds ``[b, ...]`` from
     :func:`sweep_thresholds`; J_in: ``[b, b, ...]`` couplings inside the block. Returns
-    the new spins and no counts (flips are counted per sweep).
+    the new spins and, as the count, the block's energy change ``-Σ_i (s_i' - s_i) f_i``
+    ``[...]`` (flips are counted per sweep).
 
     Spin ``i`` sees the spins ``j < i`` of the block already updated:
     ``f_i = G_i + Σ_{j<i} J_ij (s_j' - s_j)``. Unrolled, this is ONE elementwise XLA
@@ -70,6 +75,7 @@ def heat_bath_update(G, s, noise, J_in):
     """
     (t,) = noise
     new, d = [], []
+    dE = 0.0
     for i in range(G.shape[0]):
         f = G[i]
         for j in range(i):
@@ -77,7 +83,8 @@ def heat_bath_update(G, s, noise, J_in):
         a = jnp.abs(s[i])
         new.append(jnp.where(f > t[i], a, -a))
         d.append(new[i] - s[i])
-    return jnp.stack(new), ()
+        dE = dE - d[i] * f
+    return jnp.stack(new), dE
 
 
 def sweep_thresholds(key, shape, dtype, beta):
@@ -127,10 +134,13 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
         if classes is None:
             raise IsingInputError("a Gibbs sweep on sparse couplings needs colour classes (they are what makes it "
                                   "parallel): pass classes=color_classes(J) or a proper colouring of J.graph.")
-        new = jnp.moveaxis(_sparse_class_sweep(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h, J, classes), 0, -1)
+        new_t, dE = _sparse_class_sweep(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h, J, classes)
+        new = jnp.moveaxis(new_t, 0, -1)
     elif classes is None:  # the shared blocked scan, in spin-major layout [n, ...]
         h_t, J_t = spin_major(h, J, r)
-        new_t, _ = blocked_sweep(heat_bath_update, jnp.moveaxis(s, -1, 0), h_t, J_t, (jnp.moveaxis(t, -1, 0),))
+        s_t = jnp.moveaxis(s, -1, 0)
+        new_t, dE = blocked_sweep(heat_bath_update, s_t, h_t, J_t, (jnp.moveaxis(t, -1, 0),),
+                                  jnp.zeros(s_t.shape[1:], dtype))
         new = jnp.moveaxis(new_t, 0, -1)
     else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
         field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
@@ -143,30 +153,37 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
         pad = (slice(None),) + (None,) * r
 
         def step(carry, cls):
-            s_t, f = carry
+            s_t, f, dE = carry
             i, ok = cls  # [m] indices of the class, [m] validity
             new = jnp.where(f[i] > t_t[i], a_t[i], -a_t[i])
             d = (new - s_t[i]) * ok.astype(dtype)[pad]  # [m, ...]: 0 or ±2; 0 for padding
-            return (s_t.at[i].add(d), f + jnp.einsum("mk...,m...->k...", J_t[i], d)), None
+            dE = dE - jnp.sum(d * f[i], axis=0)
+            return (s_t.at[i].add(d), f + jnp.einsum("mk...,m...->k...", J_t[i], d), dE), None
 
-        (new_t, _), _ = lax.scan(step, (s_t, f_t), (jnp.asarray(idx), jnp.asarray(valid)))
+        (new_t, _, dE), _ = lax.scan(step, (s_t, f_t, jnp.zeros(s_t.shape[1:], dtype)),
+                                     (jnp.asarray(idx), jnp.asarray(valid)))
         new = jnp.moveaxis(new_t, 0, -1)
     rate = 0.5 * jnp.abs(new - s).sum(-1) / jnp.maximum(jnp.abs(s).sum(-1), 1)
-    return GibbsState(new), GibbsInfo(rate)
+    return GibbsState(new), GibbsInfo(rate, dE)
 
 
 def _sparse_class_sweep(t_t, s_t, h, J: SparseCouplings, classes):
     """The colour-class sweep on sparse couplings, spin-major: ``t_t, s_t [n, ...]``
     (thresholds, spins; chains and models trailing), ``h [..., n]``. A class's fields are
     gathers over the neighbour table, ``h_i + Σ_k w_ik s_{nbr(i, k)}``: O(|class| · degree)
-    per class, O(n · degree) = O(E) per sweep, with no dense ``J`` anywhere."""
+    per class, O(n · degree) = O(E) per sweep, with no dense ``J`` anywhere. Returns the new
+    spins ``[n, ...]`` and the energy change ``[...]``."""
     h_t, W_t = sparse_spin_major(h, J, s_t.ndim - 1)  # [n, *batch'], [n, d, *batch']
+    dE = 0.0
     for c in classes:  # few classes (a colouring); each is one gather, one fused update, one scatter
         i = np.asarray(c, np.int32)
         f = sparse_field_rows(h_t, W_t, J.graph.nbr, i, s_t)  # [m, ...]
-        a = jnp.abs(s_t[i])
-        s_t = s_t.at[i].set(jnp.where(f > t_t[i], a, -a), unique_indices=True, indices_are_sorted=True)
-    return s_t
+        old = s_t[i]
+        a = jnp.abs(old)
+        new = jnp.where(f > t_t[i], a, -a)
+        dE = dE - jnp.sum((new - old) * f, axis=0)
+        s_t = s_t.at[i].set(new, unique_indices=True, indices_are_sorted=True)
+    return s_t, jnp.broadcast_to(dE, s_t.shape[1:])
 
 
 def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
