@@ -24,7 +24,9 @@ def to_inference_data(result, *, num_chains: Optional[int] = None, site: str = "
     ``samples [*batch, chains*draws, n]`` are regrouped by chain; ``num_chains``
     defaults to ``info["flip_rate"].shape[-1]``). The posterior variable ``site``
     has dims ``(chain, draw, *batch_dims, "spin")``; ``batch_dims`` defaults to
-    ``batch_0, batch_1, ...``.
+    ``batch_0, batch_1, ...``. A sampler's energy trace (``info["energy"] [*batch, chains,
+    draws]``) becomes ``sample_stats.energy`` with dims ``(chain, draw, *batch_dims)``, so
+    ``az.ess``/``az.autocorr`` apply to it as to the spins.
     """
     import arviz as az
     from numpyro.infer import MCMC
@@ -52,7 +54,12 @@ def to_inference_data(result, *, num_chains: Optional[int] = None, site: str = "
         s = s.reshape(tuple(batch) + (num_chains, S // num_chains, n))
         s = np.moveaxis(s, (-3, -2), (0, 1))  # [C, D, *batch, n]
         dims = list(batch_dims) if batch_dims is not None else [f"batch_{i}" for i in range(len(batch))]
-        return az.from_dict(posterior={site: s}, dims={site: dims + ["spin"]})
+        stats = {}
+        E = result.info.get("energy")
+        if E is not None and np.shape(E) == tuple(batch) + (num_chains, S // num_chains):
+            stats["energy"] = np.moveaxis(np.asarray(E), (-2, -1), (0, 1))  # [C, D, *batch]
+        return az.from_dict(posterior={site: s}, sample_stats=stats or None,
+                            dims={site: dims + ["spin"], "energy": dims})
     raise IsingInputError(
         f"to_inference_data expects a numpyro MCMC (with IsingGibbsKernel) or Gibbs Marginals; got {type(result).__name__}."
     )

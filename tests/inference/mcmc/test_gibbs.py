@@ -498,3 +498,6 @@ def test_energy_trace_is_the_energy_of_each_kept_draw(layout):
     ref = np.moveaxis(ref, (0, 1), (-2, -1))
     assert E.shape == ref.shape == (model.batch_shape + (C, 40 // thin))
     np.testing.assert_allclose(E, ref, rtol=0, atol=1e-9)
+    # ArviZ gets it as sample_stats.energy [chain, draw, *batch]
+    idata = to_inference_data(m)
+    np.testing.assert_allclose(np.moveaxis(idata.sample_stats["energy"].values, (0, 1), (-2, -1)), ref, atol=1e-9)
