@@ -26,12 +26,14 @@ of every node and ``g = f[f]`` its grandparent:
 * ``m_u = min {g_v : bond (u, v) open}``: over the neighbour table for sparse couplings
   (``O(E)``), a masked row minimum for dense ones (``O(n²)``);
 * stochastic hooking ``f[f_u] ← min(f[f_u], m_u)`` (a scatter-min), aggressive hooking
-  ``f_u ← min(f_u, m_u)`` and shortcutting ``f_u ← min(f_u, g_u)``;
+  ``f_u ← min(f_u, m_u)``, shortcutting ``f_u ← min(f_u, g_u)``, and one more shortcut
+  (``f ← min(f, f[f])``: one gather that saves 30-40% of the rounds on a critical lattice);
 
-until ``f`` stops changing (``lax.while_loop``). Then every tree is a star and ``f_u`` is
-the smallest node of ``u``'s cluster, 0 for clusters bonded to the ghost (their spins start
-at label 0). The rounds grow about as the log of the cluster diameters (measured: ~10 on a
-critical 256×256 torus). The coin of a cluster is one random bit indexed by its label.
+until ``f`` stops changing (``lax.while_loop``), starting from each node's smallest open
+neighbour. Then every tree is a star and ``f_u`` is the smallest node of ``u``'s cluster, 0
+for clusters bonded to the ghost (their spins start at label 0). The rounds grow about as
+the log of the cluster diameters (measured on critical tori: ~7 at 64×64, ~8 at 256×256).
+The coin of a cluster is one random bit indexed by its label.
 
 Random numbers (one key per call, :mod:`isingattn.prng`): ``E + n + ceil((n + 1)/32)``
 32-bit words per chain and model for the bond draws on the edges (dense: the pairs
@@ -198,14 +200,19 @@ def sweep_with_bits(bits, s_t, probs, J):
     def grand(f):
         return f.reshape(-1).at[f * M + col].get(mode="promise_in_bounds")  # f[f], per chain
 
+    def neighbours(f):  # [n + 1, M]: the ghost has no bonds
+        return jnp.concatenate([jnp.full((1, M), big), neighbour_min(f)])
+
     def round_(state):
         f, _, k = state
         gp = grand(f)
-        m = jnp.concatenate([jnp.full((1, M), big), neighbour_min(gp)])  # [n + 1, M]; the ghost has no bonds
+        m = neighbours(gp)
         new = f.reshape(-1).at[(f * M + col).reshape(-1)].min(m.reshape(-1), mode="promise_in_bounds").reshape(f.shape)  # hook f_u's tree
         new = jnp.minimum(jnp.minimum(new, m), gp)  # aggressive hooking, shortcutting
+        new = jnp.minimum(new, grand(new))  # a second shortcut: 30-40% fewer rounds on a critical lattice, for one gather
         return new, jnp.any(new != f), k + 1
 
+    f = jnp.minimum(f, neighbours(f))  # start from each node's smallest open neighbour (no gather of f needed)
     f, _, rounds = lax.while_loop(lambda st: st[1], round_, (f, jnp.bool_(True), jnp.int32(0)))
     label = f[1:]  # [n, M]: the smallest node of the cluster, 0 for the ghost's
     coin = (b_coin[label // WORD, col] >> (label % WORD).astype(jnp.uint32)) & 1  # one bit per cluster
