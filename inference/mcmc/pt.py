@@ -280,7 +280,15 @@ class ParallelTempering(ColouredSweep):
     * ``info["flip_rate"] [*batch, chains]``: fraction of the target replica's active spins
       changed per step (sweep and swap);
     * with ``diagnostics``: ``r_hat``, ``ess``, ``mcse``, ``frozen`` ``[*batch, n]`` and
-      ``converged [*batch]``, exactly as Gibbs defines them (on the target replica's draws).
+      ``converged [*batch]``, as Gibbs defines them (on the target replica's draws), with one
+      difference: a spin that never changed in any draw is not ``frozen`` (R-hat 1, MCSE 0)
+      when the hot end is β = 0 and every chain completed at least ``MIN_ROUND_TRIPS`` round
+      trips, since each trip brought down a state drawn afresh at β = 0 (a spin of a glass
+      frozen into its ground state: |⟨s⟩| > 0.999 on the strips of the tests).
+
+    The defaults (16 replicas, 2000 warmup and 16000 sampling steps, 4 chains) are sized
+    for issue 29's 8×24 ±J strip at β = 2 (every marginal within 0.08 of exact); a larger
+    or colder model needs more replicas when ``swap_rate`` falls below about 0.3.
     """
 
     # Defaults sized for the model of issue 29 (8×24 ±J strip, β = 2: every marginal within
