@@ -145,8 +145,9 @@ def _torus_energy_check(L, C, draws, warmup, seed):
     se = E.std() / np.sqrt(ess)
     exact = float(torus_energy(L, L, K_C))
     assert abs(E.mean() - exact) <= 4 * se, (E.mean(), exact, se, ess)
-    # the point of clusters: an ESS that is a large fraction of the draws at criticality
-    assert ess > 0.1 * C * draws, ess
+    # the point of clusters: τ_int(E) = draws / ESS stays small at criticality (measured ~5 at 16², ~9 at
+    # 64²; heat-bath Gibbs: ~160 at 64², benchmarks/swendsen_wang.py)
+    assert ess > C * draws / 25, ess
     return m
 
 
