@@ -13,6 +13,18 @@ import os
 # XLA_FLAGS yourself to override.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
+# One persistent compilation cache for the run: both xdist workers and every subprocess a test
+# starts (CLI runs, kill-and-resume children) inherit it, so a program compiled once is loaded,
+# not compiled, by the others. It starts empty (made here, removed at the end): nothing carries
+# over between runs. Set JAX_COMPILATION_CACHE_DIR yourself to keep one.
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE:
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="isingattn-tests-xla-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -32,8 +44,28 @@ except ImportError:  # hypothesis is an optional test dependency
 
 
 import gc  # noqa: E402
+import pathlib  # noqa: E402
+import shutil  # noqa: E402
 
 import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE and not hasattr(config, "workerinput"):  # the process that made it (not an xdist worker)
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
+
+# The quick loop (-m "not slow") leaves out the cases listed in tests/slow_cases.txt, with the
+# seconds each took: every case over a few seconds apart from the fastest case of its test, and
+# whole tests whose fastest case is long. The full suite runs them all.
+_SLOW_CASES = pathlib.Path(__file__).with_name("slow_cases.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    listed = {line.split("#")[0].strip() for line in _SLOW_CASES.read_text().splitlines()} - {""}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,4 +1,4 @@
-"""The Swendsen–Wang cluster move (DESIGN.md §8) as a pure kernel, for ferromagnets
+"""The Swendsen–Wang cluster move (DESIGN.md §3) as a pure kernel, for ferromagnets
 (``J ≥ 0``) on any graph, dense or sparse, with fields, vectorized over chains and models.
 
 One move, from spins ``s``:
