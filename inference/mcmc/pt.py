@@ -26,7 +26,7 @@ What it returns, at the model's β (replica 0): the marginals and samples, with 
 diagnostics (R-hat, ESS, MCSE, ``frozen``, ``converged``) computed on the packed draws by
 the same functions (:func:`~isingattn.diagnostics.packed_spin_diagnostics`,
 :func:`~isingattn.diagnostics.known_constant`), and ``log_z`` by the stepping stone along
-the ladder (DESIGN.md §8)::
+the ladder (DESIGN.md §3)::
 
     log Z(β) = n_active log 2 + Σ_k log ⟨exp(-(β_k - β_{k+1}) E)⟩_{β_{k+1}}
 

@@ -139,12 +139,12 @@ class SwendsenWang(Engine):
     fluctuation–dissipation VJP, and ``info``:
 
     * ``energy [*batch, chains, draws]``: the energy ``E(s)`` of every kept draw (for
-      autocorrelation times and heat capacities); ``thin``: the thinning they were kept at;
+      autocorrelation times and heat capacities); ``thin [*batch]``: the thinning they were kept at;
     * ``r_hat``, ``ess``, ``mcse``, ``frozen [*batch, n]`` and ``converged [*batch]``, with
       Gibbs' definitions (known-constant spins, frozen spins NaN, NaN fails the threshold);
     * ``flip_rate [*batch, chains]``: fraction of active spins flipped per move;
-      ``labelling_rounds []``: the most labelling rounds a move took;
-    * ``negative_couplings []``: how many couplings are negative. A concrete model with any
+      ``labelling_rounds [*batch]``: the most labelling rounds a move took (over the batch);
+    * ``negative_couplings [*batch]``: how many couplings are negative (over the batch). A concrete model with any
       is refused (``IsingInputError``); under ``jax.jit`` the couplings cannot be read, so
       ``J ≥ 0`` is expected and a negative coupling makes ``converged`` False.
     """
@@ -209,8 +209,10 @@ class SwendsenWang(Engine):
         C, D = self.num_chains, self.num_samples // self.thin
         negative = _negative(J)
         info = {"flip_rate": jnp.moveaxis(rates, 0, -1), "energy": jnp.moveaxis(E, (0, 1), (-1, -2)),
-                "thin": jnp.asarray(self.thin, jnp.int32), "labelling_rounds": rounds,
-                "negative_couplings": negative}
+                # batch-shaped like every info entry (so causal buckets and batches join them)
+                "thin": jnp.full(batch, self.thin, jnp.int32),
+                "labelling_rounds": jnp.broadcast_to(rounds, batch),
+                "negative_couplings": jnp.broadcast_to(negative, batch)}
         words = words.reshape(words.shape[:2] + (-1,))  # [D/32, C, F]
         if self.diagnostics:  # Gibbs' diagnostics, from the same counts on the packed words
             first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
@@ -219,7 +221,7 @@ class SwendsenWang(Engine):
             rhat, ess, err, const = (v.reshape(batch + (n,)) for v in stats)
             info.update(r_hat=rhat.astype(dtype), ess=ess.astype(dtype), mcse=err.astype(dtype),
                         frozen=const & ~known,
-                        converged=jnp.all(rhat < self.rhat_threshold, axis=-1) & (negative == 0))
+                        converged=jnp.all(rhat < self.rhat_threshold, axis=-1) & (info["negative_couplings"] == 0))
         return packed_sample_marginals(model, words, D, info, keep_samples=self._keeps_samples(model),
                                        rao_blackwell=bool(self.rao_blackwell))
 

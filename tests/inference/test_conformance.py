@@ -34,6 +34,8 @@ FAST = {
     "dqa": dict(num_shots=2048, calibration_steps=1, kl_max_n=0),
     "dimod": dict(num_reads=512, num_sweeps=40),
     "ais": dict(num_chains=512, num_temps=16),
+    "pt": dict(num_warmup=100, num_samples=500, num_chains=4, num_replicas=4),
+    "swendsen-wang": dict(num_warmup=20, num_samples=500, num_chains=4),
     **{name: dict(tol=1e-12, max_iter=2000) for name in inference.available() if name.startswith("meanfield")},
 }
 
@@ -59,7 +61,7 @@ def names(slow=()):
     return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in NAMES]
 
 
-SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais")
+SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais", "pt", "swendsen-wang")
 
 # Mean-field error bounds (means and gradients) on the models below, β·max|J| = 0.2: BP is
 # exact on trees (the chain); naive mean field errs at O((βJ)²) and TAP at O((βJ)³)
@@ -75,9 +77,12 @@ def engine(name):
 
 
 def _chain_J(rng, n, scale):
-    """Open-chain couplings (a tree: BP is exact there), plus nothing else."""
+    """Open-chain couplings (a tree: BP is exact there), plus nothing else. Ferromagnetic, so
+    that every engine takes them (Swendsen–Wang refuses J < 0); the fields have both signs.
+    The sign draw is kept so that the draws after it are the same as before."""
     J = np.zeros((n, n))
-    c = scale * rng.choice([-1.0, 1.0], n - 1) * rng.uniform(0.5, 1.0, n - 1)
+    rng.choice([-1.0, 1.0], n - 1)
+    c = scale * rng.uniform(0.5, 1.0, n - 1)
     J[np.arange(n - 1), np.arange(1, n)] = c
     return J + J.T
 
@@ -199,7 +204,14 @@ def test_sparse_couplings_equal_dense(name):
     assert sparse.is_sparse and sparse.J.graph.E == N - 1  # the chain's edges only
     # a sampler with a sparse path sweeps by colour classes there: on the dense form, the same classes
     dense_eng = dataclasses.replace(eng, schedule="colored") if eng.sparse_native and hasattr(eng, "schedule") else eng
-    np.testing.assert_allclose(np.asarray(_call(eng, sparse).mean), np.asarray(_call(dense_eng, dense).mean), atol=1e-9)
+    got, ref = _call(eng, sparse), _call(dense_eng, dense)
+    if name == "swendsen-wang":
+        # Known difference: its bond draws are laid out by matrix entry (dense) or by edge
+        # (sparse), so the same key gives other clusters; the two agree within 4 MCSE each.
+        se = np.hypot(_mcse(eng, got.samples, None), _mcse(eng, ref.samples, None))
+        assert np.all(np.abs(np.asarray(got.mean) - np.asarray(ref.mean)) <= 4 * se)
+        return
+    np.testing.assert_allclose(np.asarray(got.mean), np.asarray(ref.mean), atol=1e-9)
 
 
 @pytest.mark.parametrize("name", NAMES)

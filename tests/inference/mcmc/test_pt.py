@@ -422,6 +422,15 @@ def test_pt_sampler_samples_at_its_beta():
     assert np.all(np.abs(s.mean(0) - ref) <= 4 * np.sqrt((1 - ref**2) / 512)), (s.mean(0), ref)
 
 
-@dimod.testing.load_sampler_bqm_tests(SAMPLER)
+class _ConformancePT(PTSampler):
+    """PTSampler with the small settings above, as a class: dimod names its tests by the
+    sampler's repr, and an instance's repr holds its address, which differs between xdist
+    workers (they must collect the same test ids)."""
+
+    def __init__(self):
+        super().__init__(num_reads=512, num_sweeps=50, num_replicas=4)
+
+
+@dimod.testing.load_sampler_bqm_tests(_ConformancePT)
 class TestPTSamplerConformance(unittest.TestCase):
     """dimod's shipped Sampler tests (empty, 1-3 variable BQMs, SPIN/BINARY, 3 BQM classes)."""
