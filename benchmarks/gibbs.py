@@ -210,7 +210,13 @@ def main(argv=None):
     p.add_argument("--skip-batch", action="store_true")
     a = p.parse_args(argv)
     rng = np.random.default_rng(a.seed)
-    vs = ", ".join(f"{m} {version(m)}" for m in ("jax", "dwave-samplers", "thrml"))
+    def _v(m):  # an anchor that is not installed (e.g. thrml with --skip-thrml) is named as such
+        try:
+            return version(m)
+        except Exception:
+            return "not installed"
+
+    vs = ", ".join(f"{m} {_v(m)}" for m in ("jax", "dwave-samplers", "thrml"))
     print(f"# Gibbs throughput, float32, {jax.devices()[0].platform} ({platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs); {vs}; 1-min load average at start {os.getloadavg()[0]:.2f}")
     dense_problem(a, rng)
