@@ -190,6 +190,29 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     return words, 0.5 * flips.sum(0) / active_count / (D * thin), energies
 
 
+def check_chain_settings(engine, owner: str) -> None:
+    """The settings that Gibbs and the samplers built like it (Swendsen–Wang, parallel
+    tempering) share: ``num_warmup``, ``num_samples``, ``num_chains``, ``thin``,
+    ``diagnostics``, ``rao_blackwell``, ``keep_samples`` and ``rhat_threshold``, and enough
+    kept draws per chain (4 for split R-hat)."""
+    V.nonneg_int("num_warmup", engine.num_warmup, owner=owner)
+    for name in ("num_samples", "num_chains", "thin"):
+        V.positive_int(name, getattr(engine, name), owner=owner)
+    for name in ("diagnostics", "rao_blackwell"):
+        V.boolean(name, getattr(engine, name), owner=owner)
+    if engine.keep_samples is not None:
+        V.boolean("keep_samples", engine.keep_samples, owner=owner)
+    # R-hat is ≥ 1 up to noise: a threshold ≤ 1 could never be met
+    V.float_in("rhat_threshold", engine.rhat_threshold, 1.0, owner=owner, lo_open=True)
+    draws = engine.num_samples // engine.thin
+    need = 4 if engine.diagnostics else 1
+    if draws < need:
+        raise IsingInputError(
+            f"{owner} keeps num_samples // thin = {engine.num_samples} // {engine.thin} = {draws} draws per chain; "
+            f"need at least {need}{' for split R-hat' if engine.diagnostics else ''}. Raise num_samples or lower thin."
+        )
+
+
 # ---------------------------------------------------------------------------------
 # Engine
 # ---------------------------------------------------------------------------------
@@ -257,24 +280,8 @@ class Gibbs(ColouredSweep):
     keep_samples: Optional[bool] = eqx.field(static=True, default=None, converter=V.plain)
 
     def __check_init__(self):
-        o = "Gibbs"
-        V.nonneg_int("num_warmup", self.num_warmup, owner=o)
-        for name in ("num_samples", "num_chains", "thin"):
-            V.positive_int(name, getattr(self, name), owner=o)
-        V.choice("schedule", self.schedule, SCHEDULES, owner=o)
-        for name in ("diagnostics", "rao_blackwell"):
-            V.boolean(name, getattr(self, name), owner=o)
-        if self.keep_samples is not None:
-            V.boolean("keep_samples", self.keep_samples, owner=o)
-        # R-hat is ≥ 1 up to noise: a threshold ≤ 1 could never be met
-        V.float_in("rhat_threshold", self.rhat_threshold, 1.0, owner=o, lo_open=True)
-        draws = self.num_samples // self.thin
-        need = 4 if self.diagnostics else 1
-        if draws < need:
-            raise IsingInputError(
-                f"Gibbs keeps num_samples // thin = {self.num_samples} // {self.thin} = {draws} draws per chain; "
-                f"need at least {need}{' for split R-hat' if self.diagnostics else ''}. Raise num_samples or lower thin."
-            )
+        check_chain_settings(self, "Gibbs")
+        V.choice("schedule", self.schedule, SCHEDULES, owner="Gibbs")
 
     needs_key: ClassVar[bool] = True
     sparse_native: ClassVar[bool] = True  # colour-class sweeps on the edge list (O(E) per sweep)

@@ -64,6 +64,7 @@ from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
+from isingattn.inference.mcmc.gibbs import check_chain_settings
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_thresholds, sweep_with_thresholds
 from isingattn.inference.mcmc.pt_kernel import COLD, NONE, _safe_beta, adapt_ladder, swap_round
 from isingattn.marginals import Label, Marginals
@@ -314,20 +315,14 @@ class ParallelTempering(ColouredSweep):
 
     def __check_init__(self):
         o = "ParallelTempering"
-        V.nonneg_int("num_warmup", self.num_warmup, owner=o)
-        for name in ("num_samples", "num_chains", "thin", "adapt_rounds"):
-            V.positive_int(name, getattr(self, name), owner=o)
+        check_chain_settings(self, o)  # Gibbs' settings, then PT's own
+        V.positive_int("adapt_rounds", self.adapt_rounds, owner=o)
         V.positive_int("num_replicas", self.num_replicas, owner=o)
         if self.num_replicas < 2:
             raise IsingInputError(f"{o}: num_replicas must be at least 2 (a ladder from the model's β to a hot end); "
                                   f"got {self.num_replicas}. With one replica, use Gibbs.")
         V.float_in("beta_min", self.beta_min, 0.0, owner=o)
         V.choice("schedule", self.schedule, SCHEDULES, owner=o)
-        for name in ("diagnostics", "rao_blackwell"):
-            V.boolean(name, getattr(self, name), owner=o)
-        if self.keep_samples is not None:
-            V.boolean("keep_samples", self.keep_samples, owner=o)
-        V.float_in("rhat_threshold", self.rhat_threshold, 1.0, owner=o, lo_open=True)
         if self.ladder is not None:
             lad = self.ladder
             if not isinstance(lad, tuple) or not all(V._is_real(v) for v in lad):
@@ -340,13 +335,6 @@ class ParallelTempering(ColouredSweep):
                     f"{o}: ladder must be num_replicas = {self.num_replicas} fractions β_k / β, strictly decreasing "
                     f"from 1.0 (the model's β) to a hot end ≥ 0, e.g. numpy.linspace(1, 0, {self.num_replicas}); "
                     f"got {lad!r}.")
-        draws = self.num_samples // self.thin
-        need = 4 if self.diagnostics else 1
-        if draws < need:
-            raise IsingInputError(
-                f"{o} keeps num_samples // thin = {self.num_samples} // {self.thin} = {draws} draws per chain; "
-                f"need at least {need}{' for split R-hat' if self.diagnostics else ''}. Raise num_samples or lower thin."
-            )
 
     needs_key: ClassVar[bool] = True
     sparse_native: ClassVar[bool] = True  # the Gibbs kernel's colour-class sweeps on the edge list

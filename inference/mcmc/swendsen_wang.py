@@ -38,7 +38,7 @@ from isingattn.energy import energy
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
-from isingattn.inference.mcmc.gibbs import SAMPLES_LIMIT_BYTES, _chain_init, _chain_keys
+from isingattn.inference.mcmc.gibbs import SAMPLES_LIMIT_BYTES, _chain_init, _chain_keys, check_chain_settings
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     bond_probabilities,
     count_negative,
@@ -159,22 +159,7 @@ class SwendsenWang(Engine):
     keep_samples: Optional[bool] = eqx.field(static=True, default=None, converter=V.plain)
 
     def __check_init__(self):
-        o = "SwendsenWang"
-        V.nonneg_int("num_warmup", self.num_warmup, owner=o)
-        for name in ("num_samples", "num_chains", "thin"):
-            V.positive_int(name, getattr(self, name), owner=o)
-        for name in ("diagnostics", "rao_blackwell"):
-            V.boolean(name, getattr(self, name), owner=o)
-        if self.keep_samples is not None:
-            V.boolean("keep_samples", self.keep_samples, owner=o)
-        V.float_in("rhat_threshold", self.rhat_threshold, 1.0, owner=o, lo_open=True)
-        draws = self.num_samples // self.thin
-        need = 4 if self.diagnostics else 1
-        if draws < need:
-            raise IsingInputError(
-                f"SwendsenWang keeps num_samples // thin = {self.num_samples} // {self.thin} = {draws} draws per "
-                f"chain; need at least {need}{' for split R-hat' if self.diagnostics else ''}. Raise num_samples "
-                "or lower thin.")
+        check_chain_settings(self, "SwendsenWang")
 
     needs_key: ClassVar[bool] = True
     sparse_native: ClassVar[bool] = True  # labelling over the neighbour table, O(E) per round
