@@ -213,6 +213,15 @@ def check_chain_settings(engine, owner: str) -> None:
         )
 
 
+def keeps_samples(engine, model: IsingModel) -> bool:
+    """Whether a chain engine returns float samples: ``engine.keep_samples``, or (None) when
+    its ``num_chains × draws`` samples of ``model`` take at most ``SAMPLES_LIMIT_BYTES``."""
+    if engine.keep_samples is not None:
+        return bool(engine.keep_samples)
+    size = engine.num_chains * (engine.num_samples // engine.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
+    return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
+
+
 # ---------------------------------------------------------------------------------
 # Engine
 # ---------------------------------------------------------------------------------
@@ -294,10 +303,7 @@ class Gibbs(ColouredSweep):
                                              bool(self.rao_blackwell), self._keeps_samples(model)))
 
     def _keeps_samples(self, model: IsingModel) -> bool:
-        if self.keep_samples is not None:
-            return bool(self.keep_samples)
-        size = self.num_chains * (self.num_samples // self.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
-        return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
+        return keeps_samples(self, model)
 
     def _warning(self, flag, info, bad, total) -> str:
         r = np.asarray(info["r_hat"])

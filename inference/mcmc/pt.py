@@ -37,8 +37,8 @@ draws (exact, but its variance grows as ``exp(β_hot² Var_0 E)``: keep ``beta_m
 ``LOG_Z_BATCHES`` consecutive batches), which accounts for the autocorrelation of the
 draws and for the correlation of the ratios along the ladder.
 
-Cost: ``R`` times a Gibbs run of the same number of sweeps, plus an energy evaluation of
-every replica per step (one GEMM over all of them, dense; O(E), sparse) and the swaps
+Cost: ``R`` times a Gibbs run of the same number of sweeps (the replicas' energies come from
+each sweep's own change, exact every ``ENERGY_REFRESH`` steps), plus the swaps
 (O(R · chains · n) copies). Where Gibbs mixes, PT is ``R`` times slower per draw; where it
 does not, PT is the difference between a result and none. Check ``info["swap_rate"]``
 (every pair well above 0; about equal after adaptation) and ``info["round_trip_rate"]``
@@ -64,14 +64,13 @@ from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.gibbs import check_chain_settings
+from isingattn.inference.mcmc.gibbs import check_chain_settings, keeps_samples
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_thresholds, sweep_with_thresholds
 from isingattn.inference.mcmc.pt_kernel import COLD, NONE, _safe_beta, adapt_ladder, swap_round
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 
-SAMPLES_LIMIT_BYTES = 2**28  # keep_samples=None keeps float samples up to this size (as Gibbs)
 LOG_Z_BATCHES = 16  # batches per chain of the stepping stone's standard error
 ENERGY_REFRESH = 64  # steps between exact energies (between them, each sweep's tracked change)
 MIN_ROUND_TRIPS = 10  # round trips per chain that make a constant spin an answer, not a frozen chain
@@ -341,10 +340,7 @@ class ParallelTempering(ColouredSweep):
     spin_info: ClassVar[tuple] = ("r_hat", "ess", "mcse", "frozen")
 
     def _keeps_samples(self, model: IsingModel) -> bool:
-        if self.keep_samples is not None:
-            return bool(self.keep_samples)
-        size = self.num_chains * (self.num_samples // self.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
-        return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
+        return keeps_samples(self, model)
 
     def _hot_is_zero(self) -> bool:
         return self.ladder[-1] == 0 if self.ladder is not None else self.beta_min == 0

@@ -38,7 +38,7 @@ from isingattn.energy import energy
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
-from isingattn.inference.mcmc.gibbs import SAMPLES_LIMIT_BYTES, _chain_init, _chain_keys, check_chain_settings
+from isingattn.inference.mcmc.gibbs import _chain_init, _chain_keys, check_chain_settings, keeps_samples
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     bond_probabilities,
     count_negative,
@@ -178,10 +178,7 @@ class SwendsenWang(Engine):
         return self
 
     def _keeps_samples(self, model: IsingModel) -> bool:
-        if self.keep_samples is not None:
-            return bool(self.keep_samples)
-        size = self.num_chains * (self.num_samples // self.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
-        return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
+        return keeps_samples(self, model)
 
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         n, dtype = model.n, model.dtype
