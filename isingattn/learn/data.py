@@ -1,0 +1,272 @@
+"""The data every fitting method and score starts from: spins checked and converted, weights
+normalized, the coupling pattern (a graph or all pairs), and the data's moments.
+
+A fit's parameters are ``h [n]`` and one weight per allowed coupling, ``w [E]`` on the
+pattern's edge list ``(i_e, j_e)``, ``i_e < j_e`` (all ``n(n-1)/2`` pairs, row-major, when no
+graph is given): ``J_ij = J_ji = w_e``. Every method optimizes over ``(h, w)``, so a graph
+limits the couplings by construction.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.sparse import CouplingGraph, SparseCouplings
+
+__all__ = ["DataWarning", "Data", "Pattern", "prepare", "spins_from_data", "pattern_from_graph", "couplings",
+           "CHUNK_ELEMENTS", "check_weights"]
+
+# Work arrays of a chunk of samples hold at most about this many elements (e.g. the
+# [B, n, d] neighbour gathers of a sparse local field): 2^25 float32 = 128 MiB.
+CHUNK_ELEMENTS = 2**25
+
+
+class DataWarning(UserWarning):
+    """Data that a fit accepted but changed or that it cannot learn from as given (0/1
+    values converted to spins, spins constant in the data)."""
+
+
+class Pattern(NamedTuple):
+    """Which couplings may be non-zero: ``n`` spins and the edge list ``edges [E, 2]``
+    (numpy int32, ``i < j``). ``graph`` is the :class:`~isingattn.sparse.CouplingGraph`
+    when one was given (None: all pairs, the dense case)."""
+
+    n: int
+    edges: np.ndarray
+    graph: Optional[CouplingGraph]
+
+    @property
+    def dense(self) -> bool:
+        return self.graph is None
+
+    @property
+    def E(self) -> int:
+        return int(self.edges.shape[0])
+
+
+class Data(NamedTuple):
+    """Checked training data on the device.
+
+    spins: ``[S, n]`` int8 in {-1, +1}; p: ``[S]`` weights normalized to sum 1 (float);
+    total_weight: the weights' sum before normalizing (the number of samples when none
+    were given); mean: ``[n]`` ``⟨s_i⟩_data``; pair: ``[E]`` ``⟨s_i s_j⟩_data`` on the
+    pattern's edges; constant: indices of the spins that never change sign.
+    """
+
+    spins: jax.Array
+    p: jax.Array
+    total_weight: float
+    mean: jax.Array
+    pair: jax.Array
+    pattern: Pattern
+    constant: tuple
+
+    @property
+    def n(self) -> int:
+        return self.pattern.n
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.spins.shape[0])
+
+    @property
+    def dtype(self):
+        return self.p.dtype
+
+
+def spins_from_data(samples, *, name: str = "samples", min_samples: int = 2, warn: bool = True) -> np.ndarray:
+    """``samples [S, n]`` in {-1, +1} or {0, 1} (bool counts as 0/1) -> int8 spins ``[S, n]``.
+
+    0/1 data are converted by ``s = 2x - 1`` with a :class:`DataWarning` that says so. Data
+    that contain only 1s are read as spins. Anything else (other values, NaN, a wrong number
+    of axes, fewer than ``min_samples`` rows, no spins) raises ``IsingInputError``."""
+    try:
+        x = np.asarray(samples)
+    except Exception as err:  # ragged lists and the like
+        raise IsingTypeError(f"{name} must be an [S, n] array of spins; could not read it as an array ({err}).") from None
+    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+        raise IsingTypeError(f"{name} must be a numeric [S, n] array of -1/+1 or 0/1 values; got dtype {x.dtype}.")
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise IsingTypeError(f"{name} must be real (-1/+1 or 0/1); got dtype {x.dtype}.")
+    if x.ndim != 2:
+        raise IsingInputError(f"{name} must have shape [S, n] (one row per sample, one column per spin); got "
+                              f"{x.ndim} axes, shape {x.shape}." + (" Reshape one sample with x[None, :]." if x.ndim == 1 else ""))
+    S, n = x.shape
+    if n < 1:
+        raise IsingInputError(f"{name} has no spins (shape {x.shape}); an Ising model needs at least one column.")
+    if S < min_samples:
+        raise IsingInputError(f"{name} has {S} sample(s); fitting needs at least {min_samples} rows "
+                              f"(shape {x.shape}).")
+    if x.dtype == np.bool_:
+        x = x.astype(np.int8)
+    elif np.issubdtype(x.dtype, np.floating) and not np.all(np.isfinite(x)):
+        bad = np.argwhere(~np.isfinite(x))[0]
+        raise IsingInputError(f"{name} holds non-finite values (NaN or inf), the first at row {bad[0]}, column "
+                              f"{bad[1]}: {x[tuple(bad)]}. Drop or impute those samples first.")
+    values = np.unique(x)
+    if np.all(np.isin(values, (-1, 1))):
+        return x.astype(np.int8)
+    if np.all(np.isin(values, (0, 1))):
+        if warn:
+            warnings.warn(f"{name} hold 0/1 values; converted to spins by s = 2x - 1 (0 -> -1, 1 -> +1).",
+                          DataWarning, stacklevel=3)
+        return (2 * x.astype(np.int8) - 1).astype(np.int8)
+    other = values[~np.isin(values, (-1, 0, 1))]
+    detail = (f"values outside both alphabets: {other[:6].tolist()}" if other.size else
+              "-1, 0 and +1 together (0 is not a spin, and -1 is not a bit)")
+    raise IsingInputError(f"{name} must be spins in {{-1, +1}} or bits in {{0, 1}}; got {detail}. "
+                          "Binarize the data first (e.g. s = np.where(x > threshold, 1, -1)).")
+
+
+def check_weights(weights, S: int, min_positive: int = 2) -> np.ndarray:
+    """``weights [S]`` as float64, checked: finite, non-negative, at least ``min_positive`` positive."""
+    try:
+        w = np.asarray(weights, np.float64)
+    except Exception:
+        raise IsingTypeError(f"weights must be a 1-D array of {S} non-negative numbers (counts); got "
+                             f"{type(weights).__name__}.") from None
+    if w.shape != (S,):
+        raise IsingInputError(f"weights must have shape [S] = ({S},), one per sample; got shape {w.shape}.")
+    if not np.all(np.isfinite(w)):
+        raise IsingInputError("weights must be finite; got NaN or inf.")
+    if np.any(w < 0):
+        k = int(np.flatnonzero(w < 0)[0])
+        raise IsingInputError(f"weights must be non-negative (they are counts or probabilities); weights[{k}] = {w[k]}.")
+    if np.count_nonzero(w) < min_positive:
+        raise IsingInputError(f"weights give positive weight to {np.count_nonzero(w)} sample(s); at least "
+                              f"{min_positive} must be positive.")
+    return w
+
+
+def pattern_from_graph(graph, n: int) -> Pattern:
+    """The coupling pattern of ``graph``: None (all pairs), a
+    :class:`~isingattn.sparse.CouplingGraph` on ``n`` spins, or a networkx graph whose
+    nodes are the columns: the integers ``0..n-1``, or ``n`` labels in column order."""
+    if graph is None:
+        i, j = np.triu_indices(n, 1)
+        return Pattern(n, np.stack([i, j], axis=1).astype(np.int32), None)
+    if isinstance(graph, CouplingGraph):
+        if graph.n != n:
+            raise IsingInputError(f"graph has {graph.n} spins but the samples have n = {n} columns; build the "
+                                  "CouplingGraph on the data's spins.")
+        return Pattern(n, np.asarray(graph.edges, np.int32), graph)
+    if hasattr(graph, "nodes") and hasattr(graph, "edges"):  # a networkx graph (duck-typed: no import needed)
+        nodes = list(graph.nodes)
+        if len(nodes) != n:
+            raise IsingInputError(f"the networkx graph has {len(nodes)} nodes but the samples have n = {n} columns; "
+                                  "give one node per column.")
+        pos = ({v: v for v in nodes} if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in nodes)
+               and set(nodes) == set(range(n)) else {v: k for k, v in enumerate(nodes)})
+        edges = []
+        for u, v in graph.edges:
+            if u == v:
+                raise IsingInputError(f"the networkx graph has a self-loop on node {u!r}; couplings need two distinct "
+                                      "spins. Remove it.")
+            edges.append((pos[u], pos[v]))
+        g = CouplingGraph(n, np.asarray(edges, np.int64).reshape(-1, 2))
+        return Pattern(n, np.asarray(g.edges, np.int32), g)
+    raise IsingTypeError(f"graph must be None (all pairs), an isingattn.sparse.CouplingGraph or a networkx graph; got "
+                         f"{type(graph).__name__}.")
+
+
+def chunk_rows(S: int, per_row: int) -> int:
+    """Rows per chunk so that a chunk's work arrays hold about :data:`CHUNK_ELEMENTS`."""
+    return max(1, min(S, CHUNK_ELEMENTS // max(1, per_row)))
+
+
+def padded_chunks(x, B: int, fill=0):
+    """``x [S, ...]`` -> ``[ceil(S/B), B, ...]``, padded with ``fill`` (weights pad with 0)."""
+    S = x.shape[0]
+    k = -(-S // B)
+    pad = k * B - S
+    if pad:
+        x = jnp.concatenate([x, jnp.full((pad,) + x.shape[1:], fill, x.dtype)])
+    return x.reshape((k, B) + x.shape[1:])
+
+
+def edge_moments(spins, p, edges: np.ndarray, dense: bool, dtype):
+    """``⟨s_i⟩ [n]`` and ``⟨s_i s_j⟩ [E]`` of int8 spins ``[S, n]`` under weights ``p [S]``,
+    in chunks of samples (a GEMM for all pairs, a gather per edge for a graph)."""
+    S, n = spins.shape
+    i, j = jnp.asarray(edges[:, 0]), jnp.asarray(edges[:, 1])
+    B = chunk_rows(S, n if dense else max(n, edges.shape[0]))
+    xs, ps = padded_chunks(spins, B), padded_chunks(p, B)
+
+    @jax.jit
+    def run(xs, ps):
+        def body(c, xp):
+            x, q = xp
+            s = x.astype(dtype)
+            m = c[0] + q @ s
+            if dense:
+                return (m, c[1] + (s * q[:, None]).T @ s), None
+            return (m, c[1] + q @ (s[:, i] * s[:, j])), None
+
+        second = jnp.zeros((n, n) if dense else (edges.shape[0],), dtype)
+        (m, c), _ = jax.lax.scan(body, (jnp.zeros((n,), dtype), second), (xs, ps))
+        return m, (c[i, j] if dense else c)
+
+    return run(xs, ps)
+
+
+def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, method: str = "fit") -> Data:
+    """Check and convert the data of a fit (see :func:`isingattn.learn.fit`).
+
+    Returns :class:`Data`. Spins constant in the data get a :class:`DataWarning` naming
+    them; with ``l2 = 0`` their maximum-likelihood field is infinite, so that is refused."""
+    s = spins_from_data(samples, warn=True)
+    S, n = s.shape
+    dtype = jnp.dtype(jnp.result_type(float) if dtype is None else dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise IsingTypeError(f"dtype must be a floating dtype (float32 or float64); got {dtype}.")
+    w = np.ones(S) if weights is None else check_weights(weights, S)
+    total = float(w.sum())
+    pattern = pattern_from_graph(graph, n)
+    used = w > 0
+    lo, hi = s[used].min(0), s[used].max(0)
+    constant = tuple(int(k) for k in np.flatnonzero(lo == hi))
+    if constant:
+        shown = ", ".join(f"{k} (always {int(lo[k]):+d})" for k in constant[:8]) + (" ..." if len(constant) > 8 else "")
+        if l2 <= 0:
+            raise IsingInputError(f"{method}: spin(s) {shown} never change sign in the data, so their maximum-"
+                                  "likelihood fields are infinite. Pass l2 > 0 (the default) to keep the fit finite, "
+                                  "or drop those columns.")
+        warnings.warn(f"{method}: {len(constant)} spin(s) are constant in the data: {shown}. Their fields are set by "
+                      f"the regularizer (l2 = {l2:g}), not by the data, and their couplings stay near 0.",
+                      DataWarning, stacklevel=3)
+    spins = jnp.asarray(s)
+    p = jnp.asarray(w / total, dtype)
+    mean, pair = edge_moments(spins, p, pattern.edges, pattern.dense, dtype)
+    return Data(spins, p, total, mean, pair, pattern, constant)
+
+
+def couplings(pattern: Pattern, w, *, sparse: bool):
+    """``J`` from edge weights ``w [..., E]``: :class:`~isingattn.sparse.SparseCouplings`
+    on the pattern's graph (``sparse``) or the dense symmetric ``[..., n, n]``."""
+    if sparse:
+        g = pattern.graph if pattern.graph is not None else CouplingGraph(pattern.n, pattern.edges)
+        return SparseCouplings(g, w)
+    i, j = pattern.edges[:, 0], pattern.edges[:, 1]
+    J = jnp.zeros(w.shape[:-1] + (pattern.n, pattern.n), w.dtype)
+    return J.at[..., i, j].set(w).at[..., j, i].set(w)
+
+
+def output_sparse(pattern: Pattern, sparse: Optional[bool]) -> bool:
+    """Whether the fitted model gets sparse couplings: as asked, else when a graph was
+    given for ``n ≥ 64`` spins with at most 10% of the pairs coupled (the rule of
+    ``IsingModel.from_bqm``)."""
+    if sparse is not None:
+        return bool(sparse)
+    n = pattern.n
+    return pattern.graph is not None and n >= 64 and pattern.E <= 0.1 * n * (n - 1) / 2
+
+
+def total_pairs(n: int) -> int:
+    return math.comb(n, 2)

@@ -1,0 +1,169 @@
+"""``fit(samples, method=...)``: one entry point for learning an Ising model from data.
+
+The data are checked and converted once (:func:`isingattn.learn.data.prepare`), the method
+runs on the parameters ``(h [n], w [E])`` of the coupling pattern (a graph, or all pairs),
+and the result is an :class:`~isingattn.IsingModel` at the given ``β`` with a record of the
+fit. The methods, one per module:
+
+============  ==========================================  ====================================
+method        what                                         scale
+============  ==========================================  ====================================
+``"exact"``   maximum likelihood, exact log Z (Exact,      ``2^n`` or ``n 2^w`` per iteration
+              Banded), L-BFGS to a moment tolerance
+``"plm"``     symmetric pseudo-likelihood (plmDCA),        ``O(S n²)`` dense, ``O(S E)`` on a
+              L-BFGS / OWL-QN                              graph, per iteration
+``"pcd"``     persistent contrastive divergence with a     ``num_steps`` sampler moves of
+              sampler's kernel (Gibbs, PT, Swendsen–Wang)  ``num_chains`` chains
+``"mf"``      naive mean-field inversion of ``C``          ``O(S n² + n³)``, closed form
+``"tap"``     TAP-corrected inversion                      the same
+============  ==========================================  ====================================
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from isingattn import validate as V
+from isingattn.errors import IsingInputError
+from isingattn.model import IsingModel
+from isingattn.learn.data import couplings, output_sparse, prepare
+
+__all__ = ["FitResult", "METHODS", "fit"]
+
+METHODS = ("exact", "plm", "pcd", "mf", "tap")
+_OPTIONS = {"exact": ("engine", "init"), "plm": ("init",), "mf": (), "tap": (),
+            "pcd": ("sampler", "num_steps", "num_chains", "sweeps", "learning_rate", "average", "num_replicas", "hot",
+                    "init", "chunk")}
+# the moment error of a fitted model is computed exactly, after the fit, up to this many
+# configuration-terms (2^n for Exact, n 2^w for Banded); beyond, it is left None
+CHECK_LOG2_COST = 20
+
+
+class FitResult(NamedTuple):
+    """The fitted ``model`` (:class:`~isingattn.IsingModel`: dense ``J``, or
+    :class:`~isingattn.sparse.SparseCouplings` on the graph when it is large and sparse)
+    and ``info``, a dict of plain Python values:
+
+    * ``method``, ``iterations``, ``grad_norm`` (the final gradient's largest entry; for
+      exact and PCD in moment units, i.e. divided by β), ``converged``, ``status``,
+      ``wall_time`` (seconds, compilation included);
+    * ``moment_error``: ``max |⟨φ⟩_model - ⟨φ⟩_data|`` over the means and the pattern's pair
+      moments, exact where an exact engine is cheap (``moment_error_kind == "exact"``), the
+      chains' estimate for PCD beyond that, else None;
+    * the data: ``n``, ``num_samples``, ``total_weight``, ``num_couplings`` (E),
+      ``constant_spins``; the settings ``beta``, ``l1``, ``l2``, ``tol``, ``dtype``;
+    * the method's own diagnostics (the objective, ``pseudo_log_likelihood`` (PLM),
+      ``log_likelihood`` and ``engine`` (exact), ``flip_rate`` / ``swap_rate`` (PCD),
+      ``tap_clipped`` (TAP), ...).
+    """
+
+    model: IsingModel
+    info: dict
+
+
+def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0, l2: float = 1e-4, weights=None,
+        key: Optional[jax.Array] = None, tol: Optional[float] = None, max_iter: Optional[int] = None, dtype=None,
+        sparse: Optional[bool] = None, progress: Optional[bool] = None, **options) -> FitResult:
+    """Fit ``h`` and ``J`` of ``p(s) ∝ exp(β (h·s + Σ_{i<j} J_ij s_i s_j))`` to samples.
+
+    Args:
+        samples: ``[S, n]`` spins in {-1, +1}, or bits in {0, 1} (converted by ``s = 2x - 1``
+            with a :class:`~isingattn.learn.data.DataWarning`); at least 2 rows.
+        method: ``"exact"``, ``"plm"``, ``"pcd"``, ``"mf"`` or ``"tap"`` (module docstring).
+        graph: the couplings that may be non-zero: a
+            :class:`~isingattn.sparse.CouplingGraph` on the ``n`` columns, or a networkx graph
+            (nodes ``0..n-1``, or ``n`` labels in column order); None: all pairs.
+        beta: the model's inverse temperature (the data fix ``βh`` and ``βJ``).
+        l1: L1 penalty on the couplings, ``l1 Σ |J_ij|`` (exact, plm: OWL-QN; pcd: its
+            subgradient; not for mf/tap).
+        l2: L2 penalty ``l2 (‖h‖² + Σ_{i<j} J_ij²)`` added to the average negative
+            (pseudo-)log-likelihood; for mf/tap the ridge ``C + l2 I``. It keeps a spin that is
+            constant in the data finite (such spins are warned about); with ``l2 = 0`` they
+            are refused.
+        weights: optional ``[S]`` non-negative weights (counts, or probabilities).
+        key: a JAX key, needed by ``"pcd"`` (ignored by the deterministic methods).
+        tol: convergence tolerance. exact: the largest moment error (with penalties: the
+            penalized gradient / β), default 1e-4; plm: the gradient's largest entry,
+            default 1e-6 (float64) or 1e-4 (float32); pcd: the chains' moment error over the
+            averaging window, default 0.02.
+        max_iter: L-BFGS iterations (exact 500, plm 1000).
+        dtype: float32 or float64 (default: JAX's default float).
+        sparse: whether the model's ``J`` is a SparseCouplings (default: when a graph is
+            given, ``n ≥ 64`` and at most 10% of the pairs are coupled).
+        progress: tqdm bars (None: on a terminal only).
+        options: the method's own settings: exact ``engine`` (None, ``"exact"``,
+            ``"banded"`` or an exact Engine) and ``init``; plm ``init``; pcd ``sampler``,
+            ``num_steps``, ``num_chains``, ``sweeps``, ``learning_rate``, ``average``,
+            ``num_replicas``, ``hot``, ``init``, ``chunk`` (:func:`isingattn.learn.pcd.fit_pcd`).
+    Returns:
+        :class:`FitResult`.
+    """
+    t_start = time.perf_counter()
+    o = "fit"
+    V.choice("method", method, METHODS, owner=o)
+    beta = V.positive_float("beta", beta, owner=o)
+    l1 = V.float_in("l1", l1, 0.0, owner=o)
+    l2 = V.float_in("l2", l2, 0.0, owner=o)
+    if tol is not None:
+        tol = V.positive_float("tol", tol, owner=o)
+    if max_iter is not None:
+        max_iter = V.positive_int("max_iter", max_iter, owner=o)
+    if sparse is not None:
+        sparse = V.boolean("sparse", sparse, owner=o)
+    unknown = sorted(set(options) - set(_OPTIONS[method]))
+    if unknown:
+        raise IsingInputError(f'fit(method="{method}") got unknown option(s) {unknown}; its options are '
+                              f"{list(_OPTIONS[method]) or 'none'}.")
+    if method in ("mf", "tap") and l1 > 0:
+        raise IsingInputError(f'fit(method="{method}") is a closed form with no L1 penalty; pass l1=0 (use l2, its '
+                              'ridge) or method="plm".')
+    data = prepare(samples, graph=graph, weights=weights, dtype=dtype, l2=l2, method=f'fit(method="{method}")')
+    common = dict(beta=beta, l2=l2)
+    if method == "exact":
+        from isingattn.learn.exact_ml import fit_exact
+
+        h, w, info = fit_exact(data, l1=l1, tol=tol, max_iter=max_iter, progress=progress, **common, **options)
+    elif method == "plm":
+        from isingattn.learn.plm import fit_plm
+
+        h, w, info = fit_plm(data, l1=l1, tol=tol, max_iter=max_iter, progress=progress, **common, **options)
+    elif method == "pcd":
+        from isingattn.learn.pcd import fit_pcd
+
+        h, w, info = fit_pcd(data, l1=l1, tol=tol, key=key, progress=progress, **common, **options)
+    else:
+        from isingattn.learn.mf_inverse import fit_mf
+
+        h, w, info = fit_mf(data, tap=method == "tap", **common)
+    info.setdefault("tol", tol)
+    pattern = data.pattern
+    model = IsingModel(h, couplings(pattern, w, sparse=output_sparse(pattern, sparse)), beta=beta)
+    if "moment_error" in info:
+        info.setdefault("moment_error_kind", "exact")
+    else:
+        info.update(_moment_error(data, h, w, beta))
+    if method == "pcd" and info.get("moment_error_kind") == "chains":
+        exact = _moment_error(data, h, w, beta)
+        if exact["moment_error"] is not None:
+            info.update(exact, converged=exact["moment_error"] <= info["tol"])
+    info.update(method=method, n=pattern.n, num_samples=data.num_samples, total_weight=data.total_weight,
+                num_couplings=pattern.E, constant_spins=list(data.constant), beta=beta, l1=l1, l2=l2,
+                dtype=str(jnp.dtype(data.dtype)), wall_time=time.perf_counter() - t_start)
+    return FitResult(model, info)
+
+
+def _moment_error(data, h, w, beta) -> dict:
+    """The fitted model's exact moment error where an exact engine is cheap, else None."""
+    from isingattn.learn.exact_ml import exact_engine, exact_moments
+
+    pattern = data.pattern
+    eng = exact_engine(pattern.n, graph=pattern.graph, max_log2_cost=CHECK_LOG2_COST)
+    if eng is None or (pattern.graph is None and type(eng).__name__ == "Banded"):
+        return {"moment_error": None, "moment_error_kind": None}
+    mean, pair, _ = exact_moments(eng, pattern, h, w, jnp.asarray(beta, data.dtype))
+    err = max(float(jnp.max(jnp.abs(mean - data.mean))), float(jnp.max(jnp.abs(pair - data.pair), initial=0.0)))
+    return {"moment_error": err, "moment_error_kind": "exact"}
