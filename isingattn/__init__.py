@@ -6,6 +6,12 @@ The package face is small: the model, its marginals, the attention layer, the er
 else is imported from its module: ``isingattn.compare``, ``isingattn.thermo``,
 ``isingattn.onsager``, ``isingattn.graphs``, the engine families under ``isingattn.inference``
 and the Transformer under ``isingattn.models``.
+
+``isingattn.IsingDistribution`` (a ``numpyro.distributions.Distribution``, defined in
+:mod:`isingattn.distribution`) is the one name on the face that is resolved on first use, by
+the module ``__getattr__`` below (PEP 562): the class subclasses numpyro's ``Distribution``, so
+defining it imports numpyro, and ``import isingattn`` must not load numpyro (DESIGN.md §4;
+``tests/core/test_layering.py`` checks both). No other name is resolved that way.
 """
 
 from isingattn import inference
@@ -15,5 +21,14 @@ from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 __all__ = ["IsingModel", "Marginals", "boltzmann_attention", "inference", "IsingInputError", "IsingTypeError",
-           "TooManySpinsError"]
+           "TooManySpinsError", "IsingDistribution"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``isingattn.IsingDistribution`` on first use (it imports numpyro; see the module docstring)."""
+    if name == "IsingDistribution":
+        from isingattn.distribution import IsingDistribution
+
+        return IsingDistribution
+    raise AttributeError(f"module 'isingattn' has no attribute {name!r}")
