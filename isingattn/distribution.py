@@ -213,9 +213,13 @@ class IsingDistribution(Distribution):
 
         Raises IsingInputError for a last axis that is not ``n``, a batch that does not
         broadcast, or (concrete) values other than ±1; IsingTypeError for non-numeric values."""
-        s = _checked_spins(value, self.model.n, self.batch_shape, self.model.dtype, "IsingDistribution.log_prob")
+        m = self.model
+        s = _checked_spins(value, m.n, self.batch_shape, m.dtype, "IsingDistribution.log_prob")
         log_z = self._marginals("log_prob").log_z
-        return -self.model.beta * self.model.energy(s) - log_z
+        act = m.active()
+        if act is not None:  # inactive spins do not contribute, whatever their value
+            s = jnp.where(act, s, 0.0)
+        return -m.beta * energy(m.h, m.J, s) - log_z
 
     # ---- sampling -----------------------------------------------------------------------------
     def sample(self, key, sample_shape=()) -> jax.Array:
@@ -299,12 +303,12 @@ def _as_engine(engine, what: str, J, w: Optional[int]) -> Optional[Engine]:
 def _checked_spins(value, n: int, batch: tuple, dtype, where: str) -> jax.Array:
     """``value`` as spins ``[..., n]`` of ``dtype``: the shape and (when concrete) the values
     checked, with messages that name ``where``."""
-    try:
-        s = jnp.asarray(value)
+    try:  # numpy first: under a trace (NUTS) data are concrete, and jnp would stage the checks
+        s = value if is_traced(value) else np.asarray(value)
     except (TypeError, ValueError) as e:
         raise IsingTypeError(f"{where}: value must be an array of ±1 spins [..., {n}]; got {type(value).__name__} "
                              f"({e}).") from None
-    if not (jnp.issubdtype(s.dtype, jnp.integer) or jnp.issubdtype(s.dtype, jnp.floating)):
+    if s.dtype == bool or not (jnp.issubdtype(s.dtype, jnp.integer) or jnp.issubdtype(s.dtype, jnp.floating)):
         raise IsingTypeError(f"{where}: value must hold real numbers -1 and +1; got dtype {s.dtype}. "
                              "For booleans or 0/1 data use s = 2 * x - 1.")
     if s.ndim < 1 or s.shape[-1] != n:
@@ -316,12 +320,11 @@ def _checked_spins(value, n: int, batch: tuple, dtype, where: str) -> jax.Array:
         raise IsingInputError(f"{where}: the leading axes {s.shape[:-1]} of value do not broadcast against the batch "
                               f"shape {tuple(batch)}.") from None
     if not is_traced(s):
-        v = np.asarray(s)
-        bad = ~((v == 1) | (v == -1))
+        bad = ~((s == 1) | (s == -1))
         if bad.any():
-            raise IsingInputError(f"{where}: value must be spins -1 or +1; got {np.unique(v[bad])[:6]} among its "
+            raise IsingInputError(f"{where}: value must be spins -1 or +1; got {np.unique(s[bad])[:6]} among its "
                                   "values. For 0/1 data use s = 2 * x - 1.")
-    return s.astype(dtype)
+    return jnp.asarray(s, dtype)
 
 
 # ---- exact draws by enumeration (meet in the middle) ------------------------------------------
