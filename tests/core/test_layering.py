@@ -2,6 +2,7 @@
 
 * ``import isingattn`` and building an engine by name load no sampler or analysis library:
   numpyro, dimod, arviz and networkx load only with the engine or function that needs them.
+  ``isingattn.IsingDistribution`` (a numpyro distribution) is resolved on first use and works.
 * No import cycles among the package's modules, counting imports inside functions.
 * The library (``isingattn``, ``isingattn.inference``, ``isingattn.models``) never imports the
   application (``isingattn.models.app``), and production code never imports ``isingattn.testing``.
@@ -37,6 +38,8 @@ def _loaded(code: str) -> list[str]:
     ("from isingattn import inference; inference.get('dqa')", []),
     ("from isingattn import inference; inference.get('dimod', sampler=None)", ["dimod", "networkx"]),  # dimod loads networkx
     ("from isingattn.inference.mcmc.numpyro_kernel import IsingGibbsKernel", ["numpyro"]),
+    ("import isingattn; isingattn.IsingModel; isingattn.__all__", []),  # the face's lazy name is not touched
+    ("import isingattn; isingattn.IsingDistribution", ["numpyro"]),  # resolved on first use (PEP 562)
 ])
 def test_what_each_entry_point_loads(code, expected):
     heavy, layers = _loaded(code)
@@ -109,3 +112,22 @@ def test_the_library_never_imports_the_application_or_the_test_helpers():
            if not m.startswith("isingattn.models.app") and m != "isingattn.testing"
            and (d.startswith("isingattn.models.app") or d == "isingattn.testing")]
     assert bad == []
+
+
+def test_ising_distribution_is_resolved_lazily_and_works():
+    """``isingattn.IsingDistribution`` is the class of ``isingattn.distribution`` (the module's
+    ``__getattr__``), and ``from isingattn import IsingDistribution`` works too; an unknown name
+    is still an AttributeError."""
+    code = ("import sys, isingattn\n"
+            "assert 'numpyro' not in sys.modules and 'isingattn.distribution' not in sys.modules\n"
+            "from isingattn import IsingDistribution\n"
+            "from isingattn.distribution import IsingDistribution as D\n"
+            "import numpyro.distributions as nd\n"
+            "assert IsingDistribution is D is isingattn.IsingDistribution and issubclass(D, nd.Distribution)\n"
+            "d = IsingDistribution([0.5, -0.2], [[0.0, 0.3], [0.3, 0.0]])\n"
+            "import jax.numpy as jnp\n"
+            "print(float(jnp.exp(d.log_prob(d.enumerate_support())).sum()))\n"
+            "try:\n    isingattn.NoSuchName\nexcept AttributeError:\n    print('AttributeError')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    total, err = out.stdout.split()
+    assert abs(float(total) - 1.0) < 1e-5 and err == "AttributeError"
