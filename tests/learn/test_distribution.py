@@ -91,7 +91,7 @@ def test_log_prob_against_brute_force_dense_masked_batched():
 
 
 def test_log_prob_sparse_banded_equals_brute_force():
-    g = lattice((5, 2))  # row-major: bandwidth 2, so the automatic engine is Banded
+    g = lattice((7, 2))  # row-major: bandwidth 2, so the automatic engine is Banded (n > 12)
     rng = np.random.default_rng(1)
     w, h = rng.normal(0, 0.5, g.E), rng.normal(0, 0.5, g.n)
     d = IsingDistribution(h, SparseCouplings(g, w), beta=1.2)
