@@ -9,6 +9,7 @@ limits the couplings by construction.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import NamedTuple, Optional
@@ -54,17 +55,19 @@ class Pattern(NamedTuple):
 class Data(NamedTuple):
     """Checked training data on the device.
 
-    spins: ``[S, n]`` int8 in {-1, +1}; p: ``[S]`` weights normalized to sum 1 (float);
-    total_weight: the weights' sum before normalizing (the number of samples when none
-    were given); mean: ``[n]`` ``⟨s_i⟩_data``; pair: ``[E]`` ``⟨s_i s_j⟩_data`` on the
-    pattern's edges; constant: indices of the spins that never change sign.
+    All arrays are numpy, on the host (they go to the device as arguments of the jitted
+    programs, so small glue computations compile nothing): spins ``[S, n]`` int8 in
+    {-1, +1}; p: ``[S]`` weights normalized to sum 1 (in the fit's dtype); total_weight: the
+    weights' sum before normalizing (the number of samples when none were given); mean:
+    ``[n]`` ``⟨s_i⟩_data``; pair: ``[E]`` ``⟨s_i s_j⟩_data`` on the pattern's edges; constant:
+    indices of the spins that never change sign.
     """
 
-    spins: jax.Array
-    p: jax.Array
+    spins: np.ndarray
+    p: np.ndarray
     total_weight: float
-    mean: jax.Array
-    pair: jax.Array
+    mean: np.ndarray
+    pair: np.ndarray
     pattern: Pattern
     constant: tuple
 
@@ -181,39 +184,40 @@ def chunk_rows(S: int, per_row: int) -> int:
     return max(1, min(S, CHUNK_ELEMENTS // max(1, per_row)))
 
 
-def padded_chunks(x, B: int, fill=0):
-    """``x [S, ...]`` -> ``[ceil(S/B), B, ...]``, padded with ``fill`` (weights pad with 0)."""
+def padded_chunks(x: np.ndarray, B: int, fill=0) -> np.ndarray:
+    """``x [S, ...]`` (numpy) -> ``[ceil(S/B), B, ...]``, padded with ``fill`` (weights pad with 0)."""
     S = x.shape[0]
     k = -(-S // B)
     pad = k * B - S
     if pad:
-        x = jnp.concatenate([x, jnp.full((pad,) + x.shape[1:], fill, x.dtype)])
+        x = np.concatenate([x, np.full((pad,) + x.shape[1:], fill, x.dtype)])
     return x.reshape((k, B) + x.shape[1:])
 
 
 def edge_moments(spins, p, edges: np.ndarray, dense: bool, dtype):
-    """``⟨s_i⟩ [n]`` and ``⟨s_i s_j⟩ [E]`` of int8 spins ``[S, n]`` under weights ``p [S]``,
-    in chunks of samples (a GEMM for all pairs, a gather per edge for a graph)."""
+    """``⟨s_i⟩ [n]`` and ``⟨s_i s_j⟩ [E]`` (numpy) of int8 spins ``[S, n]`` under weights
+    ``p [S]``, in chunks of samples (a GEMM for all pairs, a gather per edge for a graph)."""
     S, n = spins.shape
-    i, j = jnp.asarray(edges[:, 0]), jnp.asarray(edges[:, 1])
     B = chunk_rows(S, n if dense else max(n, edges.shape[0]))
-    xs, ps = padded_chunks(spins, B), padded_chunks(p, B)
+    m, c = _edge_moments(padded_chunks(spins, B), padded_chunks(p, B), edges[:, 0], edges[:, 1], dense=dense)
+    return np.asarray(m), np.asarray(c)
 
-    @jax.jit
-    def run(xs, ps):
-        def body(c, xp):
-            x, q = xp
-            s = x.astype(dtype)
-            m = c[0] + q @ s
-            if dense:
-                return (m, c[1] + (s * q[:, None]).T @ s), None
-            return (m, c[1] + q @ (s[:, i] * s[:, j])), None
 
-        second = jnp.zeros((n, n) if dense else (edges.shape[0],), dtype)
-        (m, c), _ = jax.lax.scan(body, (jnp.zeros((n,), dtype), second), (xs, ps))
-        return m, (c[i, j] if dense else c)
+@functools.partial(jax.jit, static_argnames=("dense",))
+def _edge_moments(xs, ps, i, j, *, dense: bool):
+    dtype, n = ps.dtype, xs.shape[-1]
 
-    return run(xs, ps)
+    def body(c, xp):
+        x, q = xp
+        s = x.astype(dtype)
+        m = c[0] + q @ s
+        if dense:
+            return (m, c[1] + (s * q[:, None]).T @ s), None
+        return (m, c[1] + q @ (s[:, i] * s[:, j])), None
+
+    second = jnp.zeros((n, n) if dense else (i.shape[0],), dtype)
+    (m, c), _ = jax.lax.scan(body, (jnp.zeros((n,), dtype), second), (xs, ps))
+    return m, (c[i, j] if dense else c)
 
 
 def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, method: str = "fit") -> Data:
@@ -241,21 +245,23 @@ def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, m
         warnings.warn(f"{method}: {len(constant)} spin(s) are constant in the data: {shown}. Their fields are set by "
                       f"the regularizer (l2 = {l2:g}), not by the data, and their couplings stay near 0.",
                       DataWarning, stacklevel=3)
-    spins = jnp.asarray(s)
-    p = jnp.asarray(w / total, dtype)
-    mean, pair = edge_moments(spins, p, pattern.edges, pattern.dense, dtype)
-    return Data(spins, p, total, mean, pair, pattern, constant)
+    p = (w / total).astype(dtype)
+    mean, pair = edge_moments(s, p, pattern.edges, pattern.dense, dtype)
+    return Data(s, p, total, mean, pair, pattern, constant)
 
 
-def couplings(pattern: Pattern, w, *, sparse: bool):
-    """``J`` from edge weights ``w [..., E]``: :class:`~isingattn.sparse.SparseCouplings`
-    on the pattern's graph (``sparse``) or the dense symmetric ``[..., n, n]``."""
+def couplings(pattern: Pattern, w: np.ndarray, *, sparse: bool):
+    """``J`` from concrete edge weights ``w [E]``: :class:`~isingattn.sparse.SparseCouplings`
+    on the pattern's graph (``sparse``) or the dense symmetric ``[n, n]`` (numpy)."""
+    w = np.asarray(w)
     if sparse:
         g = pattern.graph if pattern.graph is not None else CouplingGraph(pattern.n, pattern.edges)
         return SparseCouplings(g, w)
     i, j = pattern.edges[:, 0], pattern.edges[:, 1]
-    J = jnp.zeros(w.shape[:-1] + (pattern.n, pattern.n), w.dtype)
-    return J.at[..., i, j].set(w).at[..., j, i].set(w)
+    J = np.zeros((pattern.n, pattern.n), w.dtype)
+    J[i, j] = w
+    J[j, i] = w
+    return J
 
 
 def output_sparse(pattern: Pattern, sparse: Optional[bool]) -> bool:

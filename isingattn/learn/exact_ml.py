@@ -90,12 +90,26 @@ def _engine_takes_sparse(engine: Engine, pattern: Pattern) -> bool:
 
 
 def exact_moments(engine: Engine, pattern: Pattern, h, w, beta):
-    """``(⟨s⟩ [n], ⟨s_i s_j⟩ [E] on the pattern's edges, log Z)`` of the model ``(h, w)``,
-    from the gradient of the engine's exact ``log Z`` (``∂ log Z / ∂θ = β ⟨φ(s)⟩``)."""
+    """``(⟨s⟩ [n], ⟨s_i s_j⟩ [E] on the pattern's edges, log Z)`` (numpy) of the model
+    ``(h, w)``, from the gradient of the engine's exact ``log Z`` (``∂ log Z / ∂θ = β ⟨φ(s)⟩``)."""
     sparse = _engine_takes_sparse(engine, pattern)
-    i, j = jnp.asarray(pattern.edges[:, 0]), jnp.asarray(pattern.edges[:, 1])
+    lz, gh, gw = _moments_jit(engine, (pattern.n, pattern.graph), sparse, h, w, beta, pattern.edges[:, 0],
+                              pattern.edges[:, 1])
+    return np.asarray(gh), np.asarray(gw), float(lz)
+
+
+def _moments(engine, pattern_key, sparse, h, w, beta, i, j):
+    pattern = Pattern(pattern_key[0], None, pattern_key[1])
     lz, (gh, gw) = jax.value_and_grad(_log_z, argnums=(3, 4))(engine, pattern, sparse, h, w, beta, i, j)
-    return gh / beta, gw / beta, lz
+    return lz, gh / beta, gw / beta
+
+
+_moments_jit = jax.jit(_moments, static_argnums=(0, 1, 2))
+
+
+def moment_gap(data: Data, mean, pair) -> float:
+    """``max |⟨φ⟩_model - ⟨φ⟩_data|`` over the means and the pattern's pair moments."""
+    return max(float(np.max(np.abs(mean - data.mean))), float(np.max(np.abs(pair - data.pair), initial=0.0)))
 
 
 class ExactObjective(NamedTuple):
@@ -119,10 +133,16 @@ class ExactObjective(NamedTuple):
         return jax.value_and_grad(f)(x)
 
 
-def independent_start(data: Data, beta: float, dtype):
-    """``x0 = (h, w)``: the independent-spin fit ``h = atanh⟨s⟩ / β`` (clipped), ``w = 0``."""
-    m = jnp.clip(data.mean, -0.999, 0.999)
-    return jnp.concatenate([jnp.arctanh(m) / beta, jnp.zeros((data.pattern.E,), dtype)]).astype(dtype)
+def independent_start(data: Data, beta: float) -> np.ndarray:
+    """``x0 = (h, w)`` (numpy, the data's dtype): the independent-spin fit ``h = atanh⟨s⟩ / β``
+    (clipped), ``w = 0``."""
+    m = np.clip(data.mean, -0.999, 0.999)
+    return np.concatenate([np.arctanh(m) / beta, np.zeros(data.pattern.E)]).astype(data.dtype)
+
+
+def coupling_mask(pattern: Pattern, dtype) -> np.ndarray:
+    """``[n + E]``: 0 for the fields, 1 for the couplings (where an L1 penalty applies)."""
+    return np.concatenate([np.zeros(pattern.n), np.ones(pattern.E)]).astype(dtype)
 
 
 def fit_exact(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[float], max_iter: Optional[int],
@@ -157,18 +177,18 @@ def fit_exact(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[fl
     sparse = _engine_takes_sparse(eng, pattern)
     tol = 1e-4 if tol is None else tol
     max_iter = 500 if max_iter is None else max_iter
-    i, j = jnp.asarray(pattern.edges[:, 0]), jnp.asarray(pattern.edges[:, 1])
-    b = jnp.asarray(beta, dt)
-    args = (data.mean, data.pair, i, j, b, jnp.asarray(l2, dt))
+    b = np.asarray(beta, dt)
+    args = (data.mean.astype(dt), data.pair.astype(dt), pattern.edges[:, 0], pattern.edges[:, 1], b,
+            np.asarray(l2, dt))
     fg = ExactObjective(eng, (n, pattern.graph), sparse)
-    x0 = independent_start(data, beta, dt) if init is None else jnp.asarray(init, dt)
-    mask = jnp.concatenate([jnp.zeros((n,), dt), jnp.ones((pattern.E,), dt)])
+    x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
+    mask = coupling_mask(pattern, dt)
     # the tolerance is on the moments: the gradient is β times their mismatch
     x, info = minimize(fg, x0, args, tol=tol * beta, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
                        desc="fit exact")
     h, w = x[:n], x[n:]
     mean, pair, lz = exact_moments(eng, pattern, h, w, b)
-    err = max(float(jnp.max(jnp.abs(mean - data.mean))), float(jnp.max(jnp.abs(pair - data.pair), initial=0.0)))
+    err = moment_gap(data, mean, pair)
     info.update(tol=tol, grad_norm=info["grad_norm"] / beta, moment_error=err, engine=type(eng).__name__,
                 log_likelihood=float(beta * (h @ data.mean + w @ data.pair) - lz), log_z=float(lz))
     return h, w, info

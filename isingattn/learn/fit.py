@@ -25,7 +25,7 @@ import time
 from typing import NamedTuple, Optional
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from isingattn import validate as V
 from isingattn.errors import IsingInputError
@@ -67,7 +67,8 @@ class FitResult(NamedTuple):
 
 def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0, l2: float = 1e-4, weights=None,
         key: Optional[jax.Array] = None, tol: Optional[float] = None, max_iter: Optional[int] = None, dtype=None,
-        sparse: Optional[bool] = None, progress: Optional[bool] = None, **options) -> FitResult:
+        sparse: Optional[bool] = None, progress: Optional[bool] = None, check_moments: Optional[bool] = None,
+        **options) -> FitResult:
     """Fit ``h`` and ``J`` of ``p(s) ∝ exp(β (h·s + Σ_{i<j} J_ij s_i s_j))`` to samples.
 
     Args:
@@ -95,6 +96,11 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
         sparse: whether the model's ``J`` is a SparseCouplings (default: when a graph is
             given, ``n ≥ 64`` and at most 10% of the pairs are coupled).
         progress: tqdm bars (None: on a terminal only).
+        check_moments: compute the fitted model's exact moment error after a plm, pcd, mf or
+            tap fit (``info["moment_error"]``; exact ML has it anyway). None: where an exact
+            engine costs at most ``2^20`` terms (it adds that engine's compilation, about
+            2–4 s, to the wall time); False: never (``moment_error`` None, or PCD's chain
+            estimate).
         options: the method's own settings: exact ``engine`` (None, ``"exact"``,
             ``"banded"`` or an exact Engine) and ``init``; plm ``init``; pcd ``sampler``,
             ``num_steps``, ``num_chains``, ``sweeps``, ``learning_rate``, ``average``,
@@ -114,6 +120,8 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
         max_iter = V.positive_int("max_iter", max_iter, owner=o)
     if sparse is not None:
         sparse = V.boolean("sparse", sparse, owner=o)
+    if check_moments is not None:
+        check_moments = V.boolean("check_moments", check_moments, owner=o)
     unknown = sorted(set(options) - set(_OPTIONS[method]))
     if unknown:
         raise IsingInputError(f'fit(method="{method}") got unknown option(s) {unknown}; its options are '
@@ -141,29 +149,31 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
         h, w, info = fit_mf(data, tap=method == "tap", **common)
     info.setdefault("tol", tol)
     pattern = data.pattern
+    h, w = np.asarray(h), np.asarray(w)
     model = IsingModel(h, couplings(pattern, w, sparse=output_sparse(pattern, sparse)), beta=beta)
     if "moment_error" in info:
         info.setdefault("moment_error_kind", "exact")
     else:
-        info.update(_moment_error(data, h, w, beta))
+        info.update(_moment_error(data, h, w, beta, check_moments))
     if method == "pcd" and info.get("moment_error_kind") == "chains":
-        exact = _moment_error(data, h, w, beta)
+        exact = _moment_error(data, h, w, beta, check_moments)
         if exact["moment_error"] is not None:
             info.update(exact, converged=exact["moment_error"] <= info["tol"])
     info.update(method=method, n=pattern.n, num_samples=data.num_samples, total_weight=data.total_weight,
                 num_couplings=pattern.E, constant_spins=list(data.constant), beta=beta, l1=l1, l2=l2,
-                dtype=str(jnp.dtype(data.dtype)), wall_time=time.perf_counter() - t_start)
+                dtype=str(np.dtype(data.dtype)), wall_time=time.perf_counter() - t_start)
     return FitResult(model, info)
 
 
-def _moment_error(data, h, w, beta) -> dict:
-    """The fitted model's exact moment error where an exact engine is cheap, else None."""
-    from isingattn.learn.exact_ml import exact_engine, exact_moments
+def _moment_error(data, h, w, beta, check) -> dict:
+    """The fitted model's exact moment error where an exact engine is cheap (and ``check``
+    is not False), else None."""
+    from isingattn.learn.exact_ml import MAX_LOG2_COST, exact_engine, exact_moments, moment_gap
 
     pattern = data.pattern
-    eng = exact_engine(pattern.n, graph=pattern.graph, max_log2_cost=CHECK_LOG2_COST)
+    eng = None if check is False else exact_engine(pattern.n, graph=pattern.graph,
+                                                   max_log2_cost=MAX_LOG2_COST if check else CHECK_LOG2_COST)
     if eng is None or (pattern.graph is None and type(eng).__name__ == "Banded"):
         return {"moment_error": None, "moment_error_kind": None}
-    mean, pair, _ = exact_moments(eng, pattern, h, w, jnp.asarray(beta, data.dtype))
-    err = max(float(jnp.max(jnp.abs(mean - data.mean))), float(jnp.max(jnp.abs(pair - data.pair), initial=0.0)))
-    return {"moment_error": err, "moment_error_kind": "exact"}
+    mean, pair, _ = exact_moments(eng, pattern, h, w, np.asarray(beta, data.dtype))
+    return {"moment_error": moment_gap(data, mean, pair), "moment_error_kind": "exact"}

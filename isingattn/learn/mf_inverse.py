@@ -21,64 +21,60 @@ A constant spin's magnetization is clipped to ``±(1 - l2)``, so its field stays
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import numpy as np
 
 from isingattn.errors import IsingInputError
-from isingattn.learn.data import Data, chunk_rows, padded_chunks
+from isingattn.learn.data import Data, chunk_rows
 
 __all__ = ["fit_mf"]
 
 
 def _moments(data: Data):
-    """``m [n]`` and ``C [n, n]`` of the data (weighted), in chunks of samples."""
-    import jax
-
+    """``m [n]`` and ``C [n, n]`` of the data (weighted, float64 numpy), in chunks of samples."""
     S, n = data.spins.shape
-    dt = data.dtype
     B = chunk_rows(S, n)
-
-    @jax.jit
-    def run(xs, ps):
-        def body(c, xq):
-            x, q = xq
-            s = x.astype(dt)
-            return c + (s * q[:, None]).T @ s, None
-
-        second, _ = jax.lax.scan(body, jnp.zeros((n, n), dt), (xs, ps))
-        return second
-
-    second = run(padded_chunks(data.spins, B, 1), padded_chunks(data.p, B, 0))
-    m = data.mean
-    return m, second - jnp.outer(m, m)
+    p = data.p.astype(np.float64)
+    m, second = np.zeros(n), np.zeros((n, n))
+    for a in range(0, S, B):
+        s, q = data.spins[a:a + B].astype(np.float64), p[a:a + B]
+        m += q @ s
+        second += (s * q[:, None]).T @ s
+    return m, second - np.outer(m, m)
 
 
 def fit_mf(data: Data, *, beta: float, l2: float, tap: bool):
-    """``method="mf"`` (``tap=False``) or ``"tap"`` (module docstring). Returns ``(h, w, info)``."""
+    """``method="mf"`` (``tap=False``) or ``"tap"`` (module docstring). Returns ``(h, w, info)``
+    (numpy, in the data's dtype); the algebra is float64."""
     pattern = data.pattern
     n = pattern.n
     m, C = _moments(data)
-    dt = C.dtype
-    A = jnp.linalg.inv(C + l2 * jnp.eye(n, dtype=dt))
-    if not bool(jnp.all(jnp.isfinite(A))):
+    try:
+        A = np.linalg.inv(C + l2 * np.eye(n))
+    except np.linalg.LinAlgError:
+        A = np.full((n, n), np.nan)
+    if not np.all(np.isfinite(A)):
         raise IsingInputError("the connected correlation matrix is singular (a spin is a copy of another, or constant): "
-                              "raise l2 (its ridge) or use method=\"plm\".")
-    m = jnp.clip(m, -(1 - l2), 1 - l2) if l2 > 0 else m
+                              'raise l2 (its ridge) or use method="plm".')
+    if l2 > 0:
+        m = np.clip(m, -(1 - l2), 1 - l2)
     info = {}
+    off = ~np.eye(n, dtype=bool)
     if tap:
-        mm = jnp.outer(m, m)
-        disc = 1 - 8 * A * mm
-        clipped = (disc < 0) & ~jnp.eye(n, dtype=bool)
-        K = -2 * A / (1 + jnp.sqrt(jnp.maximum(disc, 0.0)))
-        info["tap_clipped"] = int(jnp.sum(jnp.triu(clipped, 1)))
+        disc = 1 - 8 * A * np.outer(m, m)
+        info["tap_clipped"] = int(np.sum(np.triu((disc < 0) & off, 1)))
+        K = -2 * A / (1 + np.sqrt(np.maximum(disc, 0.0)))
     else:
         K = -A
-    K = K * (1 - jnp.eye(n, dtype=dt))
+    K = np.where(off, K, 0.0)
     i, j = pattern.edges[:, 0], pattern.edges[:, 1]
-    Kp = jnp.zeros_like(K).at[i, j].set(K[i, j]).at[j, i].set(K[i, j])  # the pattern's couplings only
-    g = jnp.arctanh(m) - Kp @ m
+    Kp = np.zeros_like(K)  # the pattern's couplings only
+    Kp[i, j] = K[i, j]
+    Kp[j, i] = K[i, j]
+    g = np.arctanh(m) - Kp @ m
     if tap:
         g = g + m * ((Kp * Kp) @ (1 - m * m))
-    info.update(iterations=0, grad_norm=None, converged=bool(jnp.all(jnp.isfinite(g))), status="closed form",
-                dropped_weight=float(jnp.sqrt(jnp.sum(K * K) / 2 - jnp.sum(K[i, j] ** 2))) if pattern.graph is not None
-                else 0.0)
-    return g / beta, K[i, j] / beta, info
+    dropped = float(np.sqrt(max(np.sum(K * K) / 2 - np.sum(K[i, j] ** 2), 0.0))) if pattern.graph is not None else 0.0
+    info.update(iterations=0, grad_norm=None, converged=bool(np.all(np.isfinite(g))), status="closed form",
+                dropped_weight=dropped)
+    dt = data.dtype
+    return (g / beta).astype(dt), (K[i, j] / beta).astype(dt), info

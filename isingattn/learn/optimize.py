@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 __all__ = ["minimize", "OptState"]
@@ -85,13 +86,15 @@ def _two_loop(q, S, Y, rho, k):
     return lax.fori_loop(0, m, second, r)
 
 
-def init_state(fg, x0, args, l1, mask, memory: int) -> OptState:
-    f, g = fg(x0, args)
-    P = x0.shape[0]
-    z = jnp.zeros((memory, P), x0.dtype)
-    gn = jnp.max(jnp.abs(_pseudo_gradient(x0, g, l1, mask)), initial=0.0)
-    i0 = jnp.zeros((), jnp.int32)
-    return OptState(x0, f, g, z, z, jnp.zeros((memory,), x0.dtype), i0, i0, i0 + 1, i0, gn)
+def init_state(x0: np.ndarray, memory: int) -> OptState:
+    """The state before the first evaluation (``f = inf``): the first iteration of
+    :func:`_iterate` evaluates ``x0`` itself (a step of length 0, always accepted), so the
+    objective appears once in the compiled program."""
+    P, dt = x0.shape[0], x0.dtype
+    z = np.zeros((memory, P), dt)
+    i0 = np.zeros((), np.int32)
+    inf = np.asarray(np.inf, dt)
+    return OptState(x0, inf, np.zeros_like(x0), z, z, np.zeros((memory,), dt), i0, i0, i0, i0, inf)
 
 
 def _iterate(state: OptState, args, l1, mask, tol, max_iter, fg, steps: int) -> OptState:
@@ -103,6 +106,7 @@ def _iterate(state: OptState, args, l1, mask, tol, max_iter, fg, steps: int) -> 
         return (st.it < stop_at) & (st.status == RUNNING)
 
     def body(st):
+        fresh = st.evals == 0  # x0 not evaluated yet: this iteration only evaluates it
         F = st.f + _l1(st.x, l1, mask)
         pg = _pseudo_gradient(st.x, st.g, l1, mask)
         d = -_two_loop(pg, st.S, st.Y, st.rho, st.k)
@@ -111,31 +115,29 @@ def _iterate(state: OptState, args, l1, mask, tol, max_iter, fg, steps: int) -> 
         slope = pg @ d
         bad = ~(slope < 0)  # not a descent direction: restart from the steepest descent
         d = jnp.where(bad, -pg / jnp.maximum(1.0, jnp.max(jnp.abs(pg))), d)
+        d = jnp.where(fresh, 0.0, d)
         k = jnp.where(bad, 0, st.k)
         orth = jnp.where(st.x != 0, jnp.sign(st.x), -jnp.sign(pg))  # the orthant of the step (L1 coordinates)
 
-        def trial(t):
-            xt = st.x + t * d
-            xt = jnp.where(pen & (xt * orth < 0), 0.0, xt)  # ...and so do their steps
-            ft, gt = fg(xt, args)
-            Ft = ft + _l1(xt, l1, mask)
-            # Armijo, with slack for the rounding of F itself (float32 sums of many terms)
-            ok = jnp.isfinite(Ft) & (Ft <= F + C1 * (pg @ (xt - st.x)) + 4 * eps * jnp.abs(F))
-            return xt, ft, gt, ok
-
+        # Backtracking from t = 1, halving; one evaluation per trial (the objective is traced once)
         def ls_cond(c):
             return (~c[4]) & (c[5] < MAX_HALVINGS)
 
         def ls_body(c):
             t = c[0] * 0.5
-            xt, ft, gt, ok = trial(t)
+            xt = st.x + t * d
+            xt = jnp.where(pen & (xt * orth < 0), 0.0, xt)  # ...and so do their steps
+            ft, gt = fg(xt, args)
+            Ft = ft + _l1(xt, l1, mask)
+            # Armijo, with slack for the rounding of F itself (float32 sums of many terms)
+            ok = jnp.isfinite(Ft) & (fresh | (Ft <= F + C1 * (pg @ (xt - st.x)) + 4 * eps * jnp.abs(F)))
             return t, xt, ft, gt, ok, c[5] + 1
 
-        xt, ft, gt, ok = trial(jnp.asarray(1.0, dt))
-        t, xt, ft, gt, ok, n_ls = lax.while_loop(ls_cond, ls_body, (jnp.asarray(1.0, dt), xt, ft, gt, ok, 0))
+        c0 = (jnp.asarray(2.0, dt), st.x, st.f, st.g, jnp.asarray(False), jnp.zeros((), jnp.int32))
+        t, xt, ft, gt, ok, n_ls = lax.while_loop(ls_cond, ls_body, c0)
         s, y = xt - st.x, gt - st.g
         sy = s @ y
-        store = ok & (sy > eps * (y @ y))  # keep the pair only with positive curvature
+        store = ok & ~fresh & (sy > eps * (y @ y))  # keep the pair only with positive curvature
         idx = k % st.S.shape[0]
         S = jnp.where(store, st.S.at[idx].set(s), st.S)
         Y = jnp.where(store, st.Y.at[idx].set(y), st.Y)
@@ -144,14 +146,14 @@ def _iterate(state: OptState, args, l1, mask, tol, max_iter, fg, steps: int) -> 
         x, f, g = jnp.where(ok, xt, st.x), jnp.where(ok, ft, st.f), jnp.where(ok, gt, st.g)
         gn = jnp.max(jnp.abs(_pseudo_gradient(x, g, l1, mask)), initial=0.0)
         status = jnp.where(gn <= tol, CONVERGED, jnp.where(ok, RUNNING, STALLED)).astype(jnp.int32)
-        return OptState(x, f, g, S, Y, rho, k, st.it + 1, st.evals + n_ls + 1, status, gn)
+        return OptState(x, f, g, S, Y, rho, k, st.it + jnp.where(fresh, 0, 1).astype(jnp.int32), st.evals + n_ls,
+                        status, gn)
 
     state = state._replace(status=jnp.where(state.gnorm <= tol, CONVERGED, state.status).astype(jnp.int32))
     return lax.while_loop(cond, body, state)
 
 
 _iterate_jit = jax.jit(_iterate, static_argnames=("fg", "steps"))
-_init_jit = jax.jit(init_state, static_argnames=("fg", "memory"))
 
 
 def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mask=None, memory: int = 10,
@@ -166,23 +168,23 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
         l1_mask: ``[P]`` 1 where the L1 term applies (default: everywhere).
         progress: tqdm bar (None: only on a terminal; False: never).
     Returns:
-        ``(x [P], info)`` with ``iterations``, ``evaluations``, ``grad_norm``, ``objective`` and
+        ``(x [P] numpy, info)`` with ``iterations``, ``evaluations``, ``grad_norm``, ``objective`` and
         ``converged`` (host values) and ``status`` (``"converged"``, ``"max_iter"`` or
         ``"stalled"``: the line search found no decrease).
     """
     from tqdm.auto import tqdm
 
+    x0 = np.asarray(x0)
     dt = x0.dtype
-    mask = jnp.ones_like(x0) if l1_mask is None else jnp.asarray(l1_mask, dt)
-    l1 = jnp.asarray(l1, dt)
-    tol_a = jnp.asarray(tol, dt)
-    state = _init_jit(fg, x0, args, l1, mask, memory)
+    mask = np.ones_like(x0) if l1_mask is None else np.asarray(l1_mask, dt)
+    l1_a, tol_a, it_max = np.asarray(l1, dt), np.asarray(tol, dt), np.asarray(max_iter, np.int32)
+    state = init_state(x0, memory)
     bar = tqdm(total=max_iter, desc=desc, disable=(None if progress is None else not progress), leave=False,
                mininterval=1.0)
     done = 0
     try:
         while True:
-            state = _iterate_jit(state, args, l1, mask, tol_a, jnp.asarray(max_iter, jnp.int32), fg=fg, steps=chunk)
+            state = _iterate_jit(state, args, l1_a, mask, tol_a, it_max, fg=fg, steps=chunk)
             it, status, gn = int(state.it), int(state.status), float(state.gnorm)
             bar.update(it - done)
             bar.set_postfix(grad=f"{gn:.2e}", refresh=False)
@@ -192,6 +194,7 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
     finally:
         bar.close()
     name = {CONVERGED: "converged", STALLED: "stalled"}.get(status, "max_iter")
-    objective = float(state.f + _l1(state.x, l1, mask))
-    return state.x, {"iterations": it, "evaluations": int(state.evals), "grad_norm": gn, "objective": objective,
+    x = np.asarray(state.x)
+    objective = float(state.f) + float(l1 * np.sum(mask * np.abs(x)))
+    return x, {"iterations": it, "evaluations": int(state.evals), "grad_norm": gn, "objective": objective,
                      "converged": status == CONVERGED, "status": name}

@@ -29,6 +29,7 @@ steps run in jitted chunks between which the tqdm bar moves.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
@@ -40,7 +41,7 @@ from isingattn import validate as V
 from isingattn.errors import IsingInputError
 from isingattn.sparse import CouplingGraph, SparseCouplings
 from isingattn.learn.data import Data
-from isingattn.learn.exact_ml import independent_start
+from isingattn.learn.exact_ml import coupling_mask, independent_start, moment_gap
 
 __all__ = ["SAMPLERS", "fit_pcd"]
 
@@ -134,6 +135,26 @@ def _chunk(cfg: PCDConfig, state: PCDState, t0, key, args):
 _chunk_jit = jax.jit(_chunk, static_argnames=("cfg",))
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "num_chains", "num_replicas"))
+def _start(cfg: PCDConfig, key, x0, spins, p, i, j, num_chains: int, num_replicas: int) -> PCDState:
+    """The first state: chains at data rows drawn with the data's weights (``fold_in(key, 0)``)."""
+    from isingattn.energy import energy
+
+    dt, n = x0.dtype, cfg.n
+    rows = jax.random.choice(jax.random.fold_in(key, 0), spins.shape[0], (num_chains,), p=p)
+    s0 = spins[rows].astype(dt)  # [C, n]
+    if cfg.sampler == "pt":
+        from isingattn.inference.mcmc.pt_kernel import NONE, PTState
+
+        s0 = jnp.broadcast_to(s0, (num_replicas,) + s0.shape)
+        E0 = energy(x0[:n], _couplings(cfg, x0[n:], i, j), s0)
+        chains = PTState(s0, E0, jnp.full(s0.shape[:-1], NONE, jnp.int32))
+    else:
+        chains = s0
+    z = jnp.zeros
+    return PCDState(x0, _optimizer(cfg).init(x0), chains, z(x0.shape, dt), z((n,), dt), z((i.shape[0],), dt), z((), dt))
+
+
 def fit_pcd(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[float], key, progress,
             sampler: str = "gibbs", num_steps: int = 1000, num_chains: int = 256, sweeps: int = 1,
             learning_rate: float = 0.05, average: float = 0.25, num_replicas: int = 8, hot: float = 0.25,
@@ -147,7 +168,6 @@ def fit_pcd(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     independent-spin fit), ``chunk`` (steps per jitted call)."""
     from tqdm.auto import tqdm
 
-    from isingattn.energy import energy
     from isingattn.prng import check_key
 
     o = 'fit(method="pcd")'
@@ -173,46 +193,35 @@ def fit_pcd(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     if graph is not None and sampler in ("gibbs", "pt"):
         from isingattn.inference.mcmc.coloring import color_classes
 
-        classes = color_classes(SparseCouplings(graph, jnp.zeros((E,), dt)))
+        classes = color_classes(SparseCouplings(graph, np.zeros((E,), dt)))
     window_start = int(num_steps * (1 - average))
     cfg = PCDConfig(n, graph, sampler, sweeps, classes, num_steps, window_start, min(chunk, num_steps), learning_rate)
-    i, j = jnp.asarray(pattern.edges[:, 0]), jnp.asarray(pattern.edges[:, 1])
-    x0 = independent_start(data, beta, dt) if init is None else jnp.asarray(init, dt)
-    mask = jnp.concatenate([jnp.zeros((n,), dt), jnp.ones((E,), dt)])
+    i, j = pattern.edges[:, 0], pattern.edges[:, 1]
+    x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
+    mask = coupling_mask(pattern, dt)
     if sampler == "swendsen-wang":
-        x0 = jnp.where(mask > 0, jnp.maximum(x0, 0.0), x0)
-    k_init, k_run = jax.random.split(key)
-    rows = jax.random.choice(k_init, data.num_samples, (num_chains,), p=data.p)
-    s0 = data.spins[rows].astype(dt)  # [C, n]
-    b = jnp.asarray(beta, dt)
-    betas = jnp.asarray(beta * np.geomspace(1.0, hot, num_replicas) if sampler == "pt" else [beta], dt)
-    if sampler == "pt":
-        from isingattn.inference.mcmc.pt_kernel import NONE, PTState
-
-        s0 = jnp.broadcast_to(s0, (num_replicas,) + s0.shape)
-        J0 = _couplings(cfg, x0[n:], i, j)
-        chains = PTState(s0, energy(x0[:n], J0, s0), jnp.full(s0.shape[:-1], NONE, jnp.int32))
-    else:
-        chains = s0
-    state = PCDState(x0, _optimizer(cfg).init(x0), chains, jnp.zeros_like(x0), jnp.zeros((n,), dt), jnp.zeros((E,), dt),
-                     jnp.zeros((), dt))
-    args = (data.mean, data.pair, i, j, b, betas, jnp.asarray(l1, dt), jnp.asarray(l2, dt), mask)
+        x0 = np.where(mask > 0, np.maximum(x0, 0.0), x0).astype(dt)
+    state = _start(cfg, key, x0, data.spins, data.p, i, j, num_chains, num_replicas)
+    b = np.asarray(beta, dt)
+    betas = (beta * np.geomspace(1.0, hot, num_replicas) if sampler == "pt" else np.asarray([beta])).astype(dt)
+    args = (data.mean.astype(dt), data.pair.astype(dt), i, j, b, betas, np.asarray(l1, dt), np.asarray(l2, dt), mask)
+    k_run = jax.random.fold_in(key, 1)
     bar = tqdm(total=num_steps, desc=f"fit pcd ({sampler})", disable=(None if progress is None else not progress),
                leave=False, mininterval=1.0)
     try:
         for t0 in range(0, num_steps, cfg.chunk):
-            state = _chunk_jit(cfg, state, jnp.asarray(t0, jnp.int32), k_run, args)
+            state = _chunk_jit(cfg, state, np.int32(t0), k_run, args)
             jax.block_until_ready(state.x)
             bar.update(min(cfg.chunk, num_steps - t0))
     finally:
         bar.close()
     count = num_steps - window_start
-    x = state.x_sum / count
-    m, c = state.m_sum / count, state.c_sum / count
-    err = max(float(jnp.max(jnp.abs(m - data.mean))), float(jnp.max(jnp.abs(c - data.pair), initial=0.0)))
-    stat = float(state.stat / count)
-    g = b * jnp.concatenate([m - data.mean, c - data.pair]) + 2 * l2 * x
-    info = {"iterations": num_steps, "grad_norm": float(jnp.max(jnp.abs(g))) / beta, "moment_error": err,
+    x = np.asarray(state.x_sum) / count
+    m, c = np.asarray(state.m_sum) / count, np.asarray(state.c_sum) / count
+    err = moment_gap(data, m, c)
+    stat = float(state.stat) / count
+    g = beta * np.concatenate([m - data.mean, c - data.pair]) + 2 * l2 * x
+    info = {"iterations": num_steps, "grad_norm": float(np.max(np.abs(g))) / beta, "moment_error": err,
             "moment_error_kind": "chains", "converged": err <= tol, "tol": tol, "status": "done", "sampler": sampler,
             "num_chains": num_chains, "sweeps": sweeps, "averaged_steps": count,
             ("swap_rate" if sampler == "pt" else "flip_rate"): stat}

@@ -26,12 +26,13 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from isingattn.sparse import CouplingGraph, SparseCouplings
 from isingattn.learn.data import Data, chunk_rows, padded_chunks
-from isingattn.learn.exact_ml import independent_start
+from isingattn.learn.exact_ml import coupling_mask, independent_start
 from isingattn.learn.optimize import minimize
-from isingattn.learn.score import conditional_log_probs
+from isingattn.learn.score import conditional_log_probs, spin_log_conditionals
 
 __all__ = ["PLMObjective", "fit_plm", "plm_chunks"]
 
@@ -40,8 +41,9 @@ class PLMObjective(NamedTuple):
     """``fg(x, args)`` of the penalized negative pseudo-log-likelihood (hashable: fits with
     the same ``n``, graph and shapes share one compiled program).
 
-    args: ``(xs [K, B, n] int8, ps [K, B], i [E], j [E], beta, l2)``: the samples in chunks
-    (padding rows have weight 0) and the edge list."""
+    args: ``(xs, ps [K, B], i [E], j [E], beta, l2)``: the samples in ``K`` chunks of ``B``
+    (padding rows have weight 0), int8, ``[K, B, n]`` for all pairs and spin-major
+    ``[K, n, B]`` on a graph (:func:`plm_chunks`), and the edge list."""
 
     n: int
     graph: Optional[CouplingGraph]  # None: all pairs (dense J)
@@ -51,35 +53,48 @@ class PLMObjective(NamedTuple):
         n, dt = self.n, x.dtype
         h, w = x[:n], x[n:]
 
-        def loss(h, J, s, q):
-            return -jnp.sum(q[:, None] * conditional_log_probs(h, J, beta, s))
-
         if self.graph is None:
-            J = jnp.zeros((n, n), dt).at[i, j].set(w).at[j, i].set(w)
-            vg = jax.value_and_grad(loss, argnums=(0, 1))
-            zero_J = jnp.zeros((n, n), dt)
+            def loss(h, J, s8, q):  # s8 [B, n]: one GEMM for the fields of the chunk
+                return -jnp.sum(q[:, None] * conditional_log_probs(h, J, beta, s8.astype(dt)))
+
+            params = (h, jnp.zeros((n, n), dt).at[i, j].set(w).at[j, i].set(w))
         else:
+            from isingattn.inference.mcmc.sweep import sparse_field_rows, sparse_spin_major
+
             graph = self.graph
-            vg = jax.value_and_grad(lambda h, w, s, q: loss(h, SparseCouplings(graph, w), s, q), argnums=(0, 1))
-            J, zero_J = w, jnp.zeros_like(w)
+            nbr, rows = jnp.asarray(graph.nbr), jnp.arange(n)
+
+            def loss(h, w, s8, q):  # s8 [n, B] spin-major: the neighbours' rows are contiguous gathers
+                s_t = s8.astype(dt)
+                h_t, W_t = sparse_spin_major(h, SparseCouplings(graph, w), 1)  # [n, 1], [n, d, 1]
+                f_t = sparse_field_rows(h_t, W_t, nbr, rows, s_t)  # [n, B]
+                return -jnp.sum(q[None, :] * spin_log_conditionals(s_t, f_t, beta))
+
+            params = (h, w)
+        vg = jax.value_and_grad(loss, argnums=(0, 1))
 
         def body(c, xq):
-            s8, q = xq
-            v, (gh, gJ) = vg(h, J, s8.astype(dt), q)
-            return (c[0] + v, c[1] + gh, c[2] + gJ), None
+            v, g = vg(*params, *xq)
+            return (c[0] + v,) + tuple(a + b for a, b in zip(c[1:], g)), None
 
-        (f, gh, gJ), _ = jax.lax.scan(body, (jnp.zeros((), dt), jnp.zeros((n,), dt), zero_J), (xs, ps))
+        zeros = (jnp.zeros((), dt),) + tuple(jnp.zeros_like(p) for p in params)
+        (f, gh, gJ), _ = jax.lax.scan(body, zeros, (xs, ps))
         gw = gJ[i, j] + gJ[j, i] if self.graph is None else gJ
         g = jnp.concatenate([gh, gw]) + 2 * l2 * x
         return f + l2 * (x @ x), g
 
 
 def plm_chunks(data: Data):
-    """The samples and weights in chunks ``[K, B, n]``, ``[K, B]`` sized for the work arrays."""
+    """The samples and weights in chunks sized for the work arrays: ``[K, B, n]`` (all
+    pairs) or spin-major ``[K, n, B]`` (a graph), and ``[K, B]``."""
     S, n = data.spins.shape
-    d = data.pattern.graph.max_degree if data.pattern.graph is not None else 1
+    graph = data.pattern.graph
+    d = graph.max_degree if graph is not None else 1
     B = chunk_rows(S, 3 * n * d)
-    return padded_chunks(data.spins, B, 1), padded_chunks(data.p, B, 0)
+    xs = padded_chunks(data.spins, B, 1)
+    if graph is not None:
+        xs = np.ascontiguousarray(np.swapaxes(xs, 1, 2))
+    return xs, padded_chunks(data.p, B, 0)
 
 
 def fit_plm(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[float], max_iter: Optional[int],
@@ -89,17 +104,16 @@ def fit_plm(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     pattern, dt = data.pattern, data.dtype
     n = pattern.n
     if tol is None:
-        tol = 1e-6 if dt == jnp.float64 else 1e-4
+        tol = 1e-6 if dt == np.float64 else 1e-4
     max_iter = 1000 if max_iter is None else max_iter
     xs, ps = plm_chunks(data)
-    b = jnp.asarray(beta, dt)
-    args = (xs, ps, jnp.asarray(pattern.edges[:, 0]), jnp.asarray(pattern.edges[:, 1]), b, jnp.asarray(l2, dt))
+    args = (xs, ps, pattern.edges[:, 0], pattern.edges[:, 1], np.asarray(beta, dt), np.asarray(l2, dt))
     fg = PLMObjective(n, pattern.graph)
-    x0 = independent_start(data, beta, dt) if init is None else jnp.asarray(init, dt)
-    mask = jnp.concatenate([jnp.zeros((n,), dt), jnp.ones((pattern.E,), dt)])
+    x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
+    mask = coupling_mask(pattern, dt)
     x, info = minimize(fg, x0, args, tol=tol, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
                        desc="fit plm")
     h, w = x[:n], x[n:]
-    penalty = float(l2 * (x @ x) + l1 * jnp.sum(jnp.abs(w)))
+    penalty = float(l2 * (x @ x) + l1 * np.sum(np.abs(w)))
     info.update(tol=tol, pseudo_log_likelihood=-(info["objective"] - penalty))
     return h, w, info

@@ -29,7 +29,7 @@ from isingattn.sparse import SparseCouplings
 from isingattn.learn.data import check_weights, chunk_rows, padded_chunks, spins_from_data
 from isingattn.learn.exact_ml import exact_engine
 
-__all__ = ["LogLikelihood", "conditional_log_probs", "log_likelihood", "pseudo_log_likelihood"]
+__all__ = ["LogLikelihood", "conditional_log_probs", "spin_log_conditionals", "log_likelihood", "pseudo_log_likelihood"]
 
 
 class LogLikelihood(NamedTuple):
@@ -52,12 +52,18 @@ class LogLikelihood(NamedTuple):
     engine: str
 
 
+def spin_log_conditionals(s, field, beta):
+    """``log p(s_i | s_-i) = log σ(2β s_i f_i) = -softplus(-2β s_i f_i)`` from the local
+    fields ``f = h + J s``; any layout (``s`` and ``field`` of one shape, or broadcast)."""
+    return -jax.nn.softplus(-2 * beta * s * field)
+
+
 def conditional_log_probs(h, J, beta, s):
     """``log p(s_i | s_-i) = -softplus(-2β s_i (h_i + Σ_j J_ij s_j))``.
 
     h: ``[..., n]``; J: ``[..., n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
     s: ``[..., n]`` spins (broadcast) -> ``[..., n]``."""
-    return -jax.nn.softplus(-2 * beta * s * local_field(h, J, s))
+    return spin_log_conditionals(s, local_field(h, J, s), beta)
 
 
 def _check_model(model, what: str) -> IsingModel:
