@@ -161,16 +161,20 @@ STRIPS = [(8, 24), (6, 40)]
 @pytest.mark.parametrize("rows,cols", STRIPS)
 @pytest.mark.parametrize("beta", [1.0, 2.0, 3.0])
 def test_strip_defaults_against_transfer_matrix(rows, cols, beta):
-    """The engine as users call it, ``inference.get("pt")``, on the strips of issue 29: every
-    marginal and ⟨E⟩ within 4 MCSE (ESS computed here); on the 8×24 strip at β = 2, the
-    issue's target, every marginal within 0.08 of exact. (The 6×40 strip at β = 2 has a slow
+    """PT on the strips of issue 29: every marginal and ⟨E⟩ within 4 MCSE (ESS computed
+    here). On the 8×24 strip at β = 2, the issue's target, the engine as users call it,
+    ``inference.get("pt")``, gets every marginal within 0.08 of exact. (The 6×40 strip at β = 2 has a slow
     cluster at its end: max error 0.099 at key 1, inside 4 MCSE; the defaults are not sized
     for it.)"""
     h, J, model = _strip(rows, cols, beta)
     mean, E, log_z = transfer_exact(h, J, beta, rows, cols)
-    out = inference.get("pt").marginals(model, key=jax.random.key(1))
+    target = (rows, cols, beta) == (8, 24, 2.0)
+    # The issue's target case runs the defaults; the others a quarter of the draws (the bound
+    # is still 4 MCSE from this test's own ESS, so it widens with fewer draws, honestly).
+    eng = inference.get("pt") if target else ParallelTempering(num_warmup=500, num_samples=4000)
+    out = eng.marginals(model, key=jax.random.key(1))
     check_marginals_and_energy(out, 4, mean, E)
-    if (rows, cols, beta) == (8, 24, 2.0):
+    if target:
         assert np.abs(np.asarray(out.mean) - mean).max() <= 0.08
     se = float(out.info["log_z_se"])
     assert abs(float(out.log_z) - log_z) <= 4 * se, (float(out.log_z), log_z, se)
@@ -197,7 +201,7 @@ def test_log_z_small_torus_sparse_colored():
 
 @pytest.mark.slow
 def test_log_z_16x16_torus_kaufman():
-    out = ParallelTempering(num_replicas=32).marginals(_torus(16, 0.6, sparse=True), key=jax.random.key(3))
+    out = ParallelTempering(num_replicas=32, num_warmup=1000, num_samples=4000).marginals(_torus(16, 0.6, sparse=True), key=jax.random.key(3))
     ref, se = float(torus_log_z(16, 16, 0.6)), float(out.info["log_z_se"])
     assert 0 < se < 1.0 and abs(float(out.log_z) - ref) <= 4 * se, (float(out.log_z), ref, se)
 

@@ -165,7 +165,7 @@ def test_torus_16_dense_energy_at_kc():
     L = 16
     g = lattice((L, L), periodic=True)
     model = IsingModel(jnp.zeros(L * L), SparseCouplings(g, jnp.ones(g.E)).to_dense(), K_C)
-    m = SwendsenWang(num_samples=1500, num_chains=4, keep_samples=False, diagnostics=False).marginals(model, key=jax.random.key(5))
+    m = SwendsenWang(num_samples=500, num_chains=4, keep_samples=False, diagnostics=False).marginals(model, key=jax.random.key(5))
     E = np.asarray(m.info["energy"], np.float64) / (L * L)
     se = E.std() / np.sqrt(float(az.ess(E, method="mean")))
     assert abs(E.mean() - float(torus_energy(L, L, K_C))) <= 4 * se
