@@ -249,7 +249,7 @@ class IsingModel(eqx.Module):
             raise IsingInputError(f"spins must have shape [..., {self.n}]; got {s.shape}.")
         bad = jnp.any(jnp.abs(s) != 1)
         msg = "spins must be -1 or +1 (SPIN convention). For 0/1 variables use s = 2*x - 1."
-        if is_traced(s):
+        if is_traced(s, bad):  # under jit even ops on concrete spins are staged (omnistaging)
             s = eqx.error_if(s, bad, msg)
         elif bool(bad):
             raise IsingInputError(msg + f" Got values {np.unique(np.asarray(s))[:6]}.")

@@ -374,3 +374,18 @@ def test_brute_force_reference_is_self_consistent():
     E = np.array([np_energy(h, J, s) for s in r["spins"]])
     np.testing.assert_allclose(r["log_z"], np.log(np.exp(-1.3 * E).sum()), rtol=1e-14)
     np.testing.assert_allclose(r["probs"], np.exp(-1.3 * E - r["log_z"]), rtol=1e-12)
+
+
+def test_energy_under_jit_with_concrete_spins_from_outside():
+    """Under jit the model's parameters are traced while the spins are a concrete array
+    closed over; the ±1 check is then staged (omnistaging) and must not be read as a bool.
+    Reference: the closed form -Σh_i s_i - Σ_{i<j} J_ij s_i s_j in numpy."""
+    rng = np.random.default_rng(5)
+    h, J = rng.normal(size=4), np.triu(rng.normal(size=(4, 4)), 1)
+    J = J + J.T
+    s = np.sign(rng.normal(size=(3, 4)))
+    ref = -(s @ h) - 0.5 * np.einsum("ci,ij,cj->c", s, J, s)
+    got = jax.jit(lambda h: IsingModel(h, jnp.asarray(J)).energy(jnp.asarray(s)))(jnp.asarray(h))
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-12)
+    with pytest.raises(Exception, match="spins must be -1 or \\+1"):
+        jax.jit(lambda h: IsingModel(h, jnp.asarray(J)).energy(jnp.zeros((3, 4))))(jnp.asarray(h)).block_until_ready()
