@@ -168,7 +168,7 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
         l1_mask: ``[P]`` 1 where the L1 term applies (default: everywhere).
         progress: tqdm bar (None: only on a terminal; False: never).
     Returns:
-        ``(x [P] numpy, info)`` with ``iterations``, ``evaluations``, ``grad_norm``, ``objective`` and
+        ``(x [P], g [P], info)``: the point and the smooth part's gradient there (numpy), and ``iterations``, ``evaluations``, ``grad_norm``, ``objective`` and
         ``converged`` (host values) and ``status`` (``"converged"``, ``"max_iter"`` or
         ``"stalled"``: the line search found no decrease).
     """
@@ -196,5 +196,5 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
     name = {CONVERGED: "converged", STALLED: "stalled"}.get(status, "max_iter")
     x = np.asarray(state.x)
     objective = float(state.f) + float(l1 * np.sum(mask * np.abs(x)))
-    return x, {"iterations": it, "evaluations": int(state.evals), "grad_norm": gn, "objective": objective,
+    return x, np.asarray(state.g), {"iterations": it, "evaluations": int(state.evals), "grad_norm": gn, "objective": objective,
                      "converged": status == CONVERGED, "status": name}

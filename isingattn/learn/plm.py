@@ -111,7 +111,7 @@ def fit_plm(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     fg = PLMObjective(n, pattern.graph)
     x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
     mask = coupling_mask(pattern, dt)
-    x, info = minimize(fg, x0, args, tol=tol, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
+    x, _, info = minimize(fg, x0, args, tol=tol, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
                        desc="fit plm")
     h, w = x[:n], x[n:]
     penalty = float(l2 * (x @ x) + l1 * np.sum(np.abs(w)))
