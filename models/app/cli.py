@@ -19,6 +19,7 @@ from isingattn.models.app.cli_args import (_HelpFormatter, _Parser, _bracket_len
                                       _nonnegative_float, _nonnegative_int, _positive_float, _positive_int,
                                       _variant_list, add_bracket_data_options)
 from isingattn.models.app.cli_checkpoints import _analyze, _evaluate, _export_bqm
+from isingattn.models.app.cli_fit import add_fit_parser
 
 
 def _train(args) -> int:
@@ -356,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="folder for compare.md and compare.png; without it, print only")
     c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")
     c.set_defaults(func=_compare)
+
+    add_fit_parser(sub, fmt)
     return p
 
 
