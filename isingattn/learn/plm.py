@@ -91,9 +91,14 @@ def plm_chunks(data: Data):
     graph = data.pattern.graph
     d = graph.max_degree if graph is not None else 1
     B = chunk_rows(S, 3 * n * d)
-    xs = padded_chunks(data.spins, B, 1)
-    if graph is not None:
-        xs = np.ascontiguousarray(np.swapaxes(xs, 1, 2))
+    if graph is None:
+        xs = padded_chunks(data.spins, B, 1)
+    else:  # spin-major chunks, filled in place (one copy of the data)
+        K = -(-S // B)
+        xs = np.ones((K, n, B), np.int8)
+        for k in range(K):
+            block = data.spins[k * B:(k + 1) * B]
+            xs[k, :, :len(block)] = block.T
     return xs, padded_chunks(data.p, B, 0)
 
 

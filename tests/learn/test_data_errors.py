@@ -141,12 +141,13 @@ def _loaded(code):
 
 
 def test_import_and_fits_load_no_heavy_library():
-    """isingattn.learn stays out of `import isingattn`; importing it, a PLM fit on a lattice
-    (bipartite: no networkx colouring) and an exact fit load none of numpyro, dimod, arviz,
-    networkx or scikit-learn."""
+    """isingattn.learn stays out of `import isingattn`; importing it, a PLM fit and a PCD fit
+    on a lattice (bipartite: its colouring needs no networkx) load none of numpyro, dimod,
+    arviz, networkx or scikit-learn."""
     assert _loaded("import isingattn; import sys; assert 'isingattn.learn' not in sys.modules") == "[]"
     code = ("import numpy as np; from isingattn import graphs; from isingattn.learn import fit\n"
             "s = np.random.default_rng(0).choice(np.array([-1, 1]), size=(50, 6))\n"
             "fit(s, method='plm', graph=graphs.lattice((2, 3)), check_moments=False)\n"
-            "import jax; fit(s, method='pcd', graph=graphs.lattice((2, 3)), key=jax.random.key(0), num_steps=2, check_moments=False)")
+            "import jax\n"
+            "fit(s, method='pcd', graph=graphs.lattice((2, 3)), key=jax.random.key(0), num_steps=2, check_moments=False)")
     assert _loaded(code) == "[]"
