@@ -3,9 +3,18 @@
 Chains start at β = 0, where the uniform distribution over the active spins is exact and
 ``log Z_0 = n_active · log 2``, and are annealed through ``0 = β_0 < β_1 < ... < β_K = β``.
 Before the move to ``β_k`` each chain's log weight gains ``-(β_k - β_{k-1}) E(s)``; then
-the chain sweeps ``sweeps_per_temp`` times with the heat-bath kernel at ``β_k`` (the
-kernel of :class:`~isingattn.inference.mcmc.gibbs.Gibbs`, dense or sparse couplings,
-systematic or coloured sweeps). With ``C`` chains and weights ``w_c``:
+the chain makes ``sweeps_per_temp`` moves at ``β_k`` with the ``transition`` kernel:
+
+* ``"gibbs"`` (the default): heat-bath sweeps, the kernel of
+  :class:`~isingattn.inference.mcmc.gibbs.Gibbs` (dense or sparse couplings, systematic or
+  coloured sweeps), for any couplings;
+* ``"swendsen-wang"``: Swendsen–Wang cluster moves, the kernel of
+  :class:`~isingattn.inference.mcmc.swendsen_wang.SwendsenWang`, for ``J ≥ 0`` only (a model
+  with a negative coupling is refused). Near and above a ferromagnet's critical coupling
+  single-spin sweeps do not carry the chains through the transition (a few chains then
+  carry the weight, and the SE underestimates the error); cluster moves do.
+
+With ``C`` chains and weights ``w_c``:
 
 * ``log Z = log Z_0 + log mean_c w_c``: ``Z`` itself is unbiased, ``log Z`` is biased low
   by about half its variance;
@@ -16,8 +25,10 @@ systematic or coloured sweeps). With ``C`` chains and weights ``w_c``:
   differentiable through the weighted fluctuation–dissipation identities
   (:func:`isingattn.fluctuation.weighted_sample_marginals`), as is ``log Z``.
 
-Cost: ``num_temps · sweeps_per_temp`` sweeps of every chain, the chains a batch axis of
-one state (no vmap); the energies come from the sweeps' own changes. The variance of the weights
+Cost: ``num_temps · sweeps_per_temp`` moves of every chain, the chains a batch axis of
+one state (no vmap). With Gibbs the energies come from the sweeps' own changes; with
+Swendsen–Wang (a move costs a cluster labelling, several ``O(E)`` rounds) the energy is
+computed exactly once per temperature. The variance of the weights
 grows with the work dissipated by annealing too fast: raise ``num_temps`` when
 ``weight_ess`` is small against ``num_chains`` or ``log_z_se`` is large.
 """
@@ -41,11 +52,19 @@ from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
 from isingattn.inference.mcmc.gibbs import NOISE_CHUNK, NOISE_CHUNK_ELEMENTS
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
+from isingattn.inference.mcmc.swendsen_wang import _negative
+from isingattn.inference.mcmc.swendsen_wang_kernel import (
+    SwendsenWangState,
+    count_negative,
+    negative_coupling_error,
+    swendsen_wang_sweep,
+)
 from isingattn.marginals import Label, Marginals
-from isingattn.model import IsingModel
+from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
 SPACINGS = ("linear", "quadratic")
+TRANSITIONS = ("gibbs", "swendsen-wang")
 
 
 def beta_fractions(num_temps: int, spacing: str = "linear") -> np.ndarray:
@@ -109,12 +128,53 @@ def anneal(key, h, J, beta, active, shape, fractions, *, num_chains: int, sweeps
     return s, log_w, energy(h, J, s)
 
 
+def anneal_swendsen_wang(key, h, J, beta, active, shape, fractions, *, num_chains: int, sweeps_per_temp: int = 1):
+    """:func:`anneal` with Swendsen–Wang moves (``J ≥ 0``; not checked here) in place of
+    Gibbs sweeps: same arguments (no sweep classes), same initial states for the same key,
+    same returns (``spins [C, *batch, n]``, ``log_w [C, *batch]``, ``energy [C, *batch]``).
+
+    Each temperature computes the energy exactly once, adds ``-(β_k - β_{k-1}) E(s)`` to
+    the log weights, then makes ``sweeps_per_temp`` moves of
+    :func:`~isingattn.inference.mcmc.swendsen_wang_kernel.swendsen_wang_sweep` at ``β_k``,
+    move ``t`` drawing from ``fold_in(key, t)``. A move's labelling costs several ``O(E)``
+    rounds, so the energy (one ``O(E)`` pass) adds little.
+    """
+    dtype = h.dtype
+    shape = tuple(shape)
+    J = J.astype(dtype) if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
+    betas = jnp.asarray(beta, dtype) * jnp.asarray(np.concatenate([[0.0], np.asarray(fractions)]), dtype)
+    spt = sweeps_per_temp
+    k_init, k_run = jax.random.split(key)
+    s = init_spins(k_init, (num_chains,) + shape, active, dtype).spins  # exact at β = 0, as anneal's
+
+    def temperature(k, carry):
+        s, log_w = carry
+        log_w = log_w - (betas[k + 1] - betas[k]) * energy(h, J, s)
+
+        def move(j, s):
+            new, _ = swendsen_wang_sweep(jax.random.fold_in(k_run, k * spt + j), SwendsenWangState(s), h, J,
+                                         betas[k + 1])
+            return new.spins
+
+        return lax.fori_loop(0, spt, move, s), log_w
+
+    log_w = jnp.zeros((num_chains,) + shape[:-1], dtype)
+    s, log_w = lax.fori_loop(0, betas.shape[0] - 1, temperature, (s, log_w))
+    return s, log_w, energy(h, J, s)
+
+
 class AIS(ColouredSweep):
     """Annealed importance sampling from β = 0 (see the module docstring); ``"ais"``.
 
     Config (static): ``num_chains`` (256), ``num_temps`` (``K``, 512), ``sweeps_per_temp``
-    (1), ``spacing`` of the β ladder (``"linear"`` or ``"quadratic"``), and the sweep order
-    ``schedule``/``colors`` as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`.
+    (1: moves per temperature), ``spacing`` of the β ladder (``"linear"`` or
+    ``"quadratic"``), ``transition`` (``"gibbs"`` or ``"swendsen-wang"``: the move at each
+    temperature, see the module docstring), and the Gibbs sweep order ``schedule``/``colors``
+    as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs` (unused by Swendsen–Wang).
+
+    With ``transition="swendsen-wang"`` a concrete model with a negative coupling is refused
+    (``IsingInputError``); under ``jax.jit`` the couplings cannot be read, so ``J ≥ 0`` is
+    expected and a negative coupling makes ``converged`` False.
 
     ``marginals(model, *, key)`` returns:
 
@@ -124,13 +184,15 @@ class AIS(ColouredSweep):
     * ``info["weights"] [*batch, C]`` (normalized), ``info["weight_ess"] [*batch]``,
       ``info["energy"] [*batch, C, 1]`` (the energy of each chain's one kept draw) and
       ``info["converged"] [*batch]``: ``weight_ess ≥ num_chains / 10``, a heuristic that
-      the weights are not dominated by a few chains.
+      the weights are not dominated by a few chains (and, with Swendsen–Wang, that no
+      coupling is negative).
     """
 
     num_chains: int = eqx.field(static=True, default=256, converter=V.plain)
     num_temps: int = eqx.field(static=True, default=512, converter=V.plain)
     sweeps_per_temp: int = eqx.field(static=True, default=1, converter=V.plain)
     spacing: str = eqx.field(static=True, default="linear")
+    transition: str = eqx.field(static=True, default="gibbs")
     schedule: str = eqx.field(static=True, default="systematic")
     colors: Optional[tuple] = eqx.field(static=True, default=None, converter=as_classes)
 
@@ -139,6 +201,7 @@ class AIS(ColouredSweep):
         V.positive_int("num_temps", self.num_temps, owner=o)
         V.positive_int("sweeps_per_temp", self.sweeps_per_temp, owner=o)
         V.choice("spacing", self.spacing, SPACINGS, owner=o)
+        V.choice("transition", self.transition, TRANSITIONS, owner=o)
         V.choice("schedule", self.schedule, SCHEDULES, owner=o)
         V.positive_int("num_chains", self.num_chains, owner=o)
         if self.num_chains < 2:
@@ -147,14 +210,32 @@ class AIS(ColouredSweep):
     needs_key: ClassVar[bool] = True
     sparse_native: ClassVar[bool] = True
 
+    def _prepare(self, model: IsingModel) -> "AIS":
+        """Gibbs: the sweep classes (:class:`~isingattn.inference.mcmc.base.ColouredSweep`).
+        Swendsen–Wang: refuse a concrete model with a negative coupling (host side)."""
+        if self.transition == "gibbs":
+            return super()._prepare(model)
+        J = model.J
+        sparse = isinstance(J, SparseCouplings)
+        if not is_traced(J.weights if sparse else J):
+            bad = count_negative(J)
+            if bad:
+                total = f"{int(np.prod(J.weights.shape))} edge weights" if sparse else "the pairs i < j"
+                raise negative_coupling_error(bad, total, owner='AIS(transition="swendsen-wang")')
+        return self
+
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         n, dtype, batch = model.n, model.dtype, tuple(model.batch_shape)
         sg = lax.stop_gradient  # the chains carry no gradient; weighted_sample_marginals supplies it
         h, J, beta = sg(model.h), jax.tree_util.tree_map(sg, model.J), sg(model.beta)
         act = model.active()
-        s, log_w, E = anneal(key, h, J, beta, act, batch + (n,), beta_fractions(self.num_temps, self.spacing),
-                             num_chains=self.num_chains, sweeps_per_temp=self.sweeps_per_temp,
-                             classes=self._sweep_classes(model))
+        fractions = beta_fractions(self.num_temps, self.spacing)
+        if self.transition == "swendsen-wang":
+            s, log_w, E = anneal_swendsen_wang(key, h, J, beta, act, batch + (n,), fractions,
+                                               num_chains=self.num_chains, sweeps_per_temp=self.sweeps_per_temp)
+        else:
+            s, log_w, E = anneal(key, h, J, beta, act, batch + (n,), fractions, num_chains=self.num_chains,
+                                 sweeps_per_temp=self.sweeps_per_temp, classes=self._sweep_classes(model))
         C = self.num_chains
         log_w = jnp.moveaxis(log_w, 0, -1)  # [*batch, C]
         n_active = jnp.full(batch, n, dtype) if act is None else jnp.broadcast_to(act, batch + (n,)).sum(-1).astype(dtype)
@@ -165,9 +246,16 @@ class AIS(ColouredSweep):
         se = jnp.sqrt(jnp.maximum(sum_p2 - 1.0 / C, 0.0) * C / (C - 1))
         info = {"log_z_kind": Label("estimate"), "log_z_se": se, "weight_ess": ess, "weights": p,
                 "energy": jnp.moveaxis(E, 0, -1)[..., None], "converged": ess >= C / 10}
+        if self.transition == "swendsen-wang":
+            info["negative_couplings"] = jnp.broadcast_to(_negative(J), batch)
+            info["converged"] = info["converged"] & (info["negative_couplings"] == 0)
         return weighted_sample_marginals(model, jnp.moveaxis(s, 0, -2), log_w, info, log_z=log_z)
 
     def _warning(self, flag, info, bad, total) -> str:
+        neg = int(np.asarray(info.get("negative_couplings", 0)).max())
+        if neg:
+            return (f"AIS: the model has {neg} negative coupling(s); Swendsen–Wang moves need J ≥ 0, so the "
+                    "estimate is not of this model. Use transition='gibbs'.")
         ess = np.asarray(info["weight_ess"])
         return (f"AIS: {bad} of {total} models have a weight ESS below num_chains / 10 (lowest {ess.min():.3g} of "
                 f"{self.num_chains} chains): a few chains carry the estimate, and its standard error is itself "
