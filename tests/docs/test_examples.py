@@ -72,3 +72,18 @@ def test_onsager(tmp_path):
     assert len(disordered) == 4 and all(abs(float(err)) <= 4 * float(se) + 1e-3 for *_, err, se in disordered), rows
     assert _written(tmp_path) == ["runs/examples/onsager/meanfield_free_energy.png", "runs/examples/onsager/onsager.md",
                                   "runs/examples/onsager/onsager.png"]
+
+
+@pytest.mark.slow
+def test_fit_digits(tmp_path):
+    """The digits example's smoke run: the lattice model fitted by exact maximum likelihood scores
+    the held-out images higher than independent pixels (both log-likelihoods exact: Banded's log Z
+    and the closed form), by more than 4 of the larger per-image standard errors; its figures are
+    written."""
+    out = _run("fit_digits.py", "--quick", cwd=tmp_path)
+    pattern = r"^\| (independent|lattice \(exact ML\)) \| exact \| (\S+) \| \S+ \| (\S+) \|"
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in re.finditer(pattern, out, re.M)}
+    (ind, se_i), (lat, se_l) = rows["independent"], rows["lattice (exact ML)"]
+    assert lat - ind > 4 * max(se_i, se_l), (lat, ind, se_i, se_l)
+    assert _written(tmp_path) == ["runs/examples/fit_digits/couplings.png", "runs/examples/fit_digits/digits.md",
+                                  "runs/examples/fit_digits/samples.png"]
