@@ -6,8 +6,18 @@
    nats within two minutes), and its error against Kaufman's exact log Z;
 3. the wall time to an SE of 0.1 nats at L = 32, 64, 128: ``num_temps`` doubled from 256
    (chains fixed) until the SE is at most 0.1; the cost's growth with n.
+   ``--time-to-se SE`` sets the target; ``--transition swendsen-wang`` anneals with cluster
+   moves (the Gibbs anneal's SE is not honest at K_c); ``--start-temps`` may end in ``n``
+   (``0.5n``: half a temperature per spin, rounded to a power of 2, at least 64), so that the
+   first ladder scales with the size (the weights' log-variance grows as n / num_temps);
+   ``--jump`` goes from a run's SE straight to the ladder that SE ∝ 1/sqrt(num_temps)
+   predicts for the target (a power of 2 times the last, at most 8x), instead of doubling.
+   A size stops when the next run would take longer than ``--max-seconds`` (predicted from
+   the last run's wall time). Each row also says whether the estimate is within 4 SE of
+   Kaufman's value; the time to the target is the wall time of the row that reached it.
 
 Run:  python benchmarks/ais.py            (about 10 minutes on 2 cores)
+      python benchmarks/ais.py --parts 3 --transition swendsen-wang --time-to-se 0.1 --jump
 """
 
 from __future__ import annotations
@@ -45,7 +55,11 @@ def main():
     ap.add_argument("--sizes", default="32,64,128")
     ap.add_argument("--chains", type=int, default=64)
     ap.add_argument("--parts", default="1,2,3", help="which of the three parts to run, e.g. 1 or 1,3")
-    ap.add_argument("--start-temps", type=int, default=256, help="part 3's first num_temps")
+    ap.add_argument("--start-temps", default="256", help="part 3's first num_temps; '0.5n': half a temperature per spin")
+    ap.add_argument("--time-to-se", type=float, default=0.1, help="part 3's target SE (nats)")
+    ap.add_argument("--transition", default="gibbs", choices=("gibbs", "swendsen-wang"), help="part 3's AIS move")
+    ap.add_argument("--jump", action="store_true", help="part 3: go to the predicted ladder, not the next doubling")
+    ap.add_argument("--max-seconds", type=float, default=600.0, help="part 3: stop a size once a run took longer")
     args = ap.parse_args()
     from isingattn import onsager
     from isingattn.inference.mcmc import AIS, Gibbs
@@ -79,21 +93,42 @@ def main():
 
     if 3 not in parts:
         return
-    # 3. time to SE 0.1
-    print(f"| L | n | num_temps | chains | SE | error vs Kaufman | wall (s) | sweeps × spins / 1e9 |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    # 3. time to the target SE
+    target = args.time_to_se
+    print(f"AIS(transition={args.transition!r}), {args.chains} chains, target SE {target}\n")
+    print("| L | n | num_temps | chains | SE | error vs Kaufman | within 4 SE | weight ESS | wall (s) | "
+          "sweeps × spins / 1e9 |")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for L in (int(x) for x in args.sizes.split(",")):
         m = torus(L, Kc, np.float64)
         ref = float(onsager.torus_log_z(L, L, Kc))
-        T = args.start_temps
+        st = args.start_temps
+        T = max(64, 2 ** round(np.log2(float(st[:-1]) * m.n))) if st.endswith("n") else int(st)
         while True:
-            out, wall, _ = run(AIS(num_chains=args.chains, num_temps=T), m, key)
-            se = float(out.info["log_z_se"])
-            print(f"| {L} | {m.n} | {T} | {args.chains} | {se:.3f} | {float(out.log_z) - ref:+.3f} | {wall:.2f} | "
+            eng = AIS(num_chains=args.chains, num_temps=T, transition=args.transition)
+            t = time.perf_counter()
+            out = jax.block_until_ready(eng.marginals(m, key=key))  # compile + run; the ladder is static
+            wall_first = time.perf_counter() - t
+            wall = wall_first
+            if wall_first <= 60:  # time a second call (compiled); a long run is timed once, compile included
+                t = time.perf_counter()
+                out = jax.block_until_ready(eng.marginals(m, key=key))
+                wall = time.perf_counter() - t
+            se, err = float(out.info["log_z_se"]), float(out.log_z) - ref
+            print(f"| {L} | {m.n} | {T} | {args.chains} | {se:.3f} | {err:+.3f} | {abs(err) <= 4 * se} | "
+                  f"{float(out.info['weight_ess']):.1f} | {wall:.2f}{' (with compile)' if wall_first > 60 else ''} | "
                   f"{T * args.chains * m.n / 1e9:.3g} |", flush=True)
-            if se <= 0.1 or T >= 2**15:
+            if se <= target or T >= 2**17:
                 break
-            T *= 2
+            factor = 2
+            if args.jump:
+                factor = int(min(8, 2 ** np.ceil(np.log2(max((se / target) ** 2, 2.0)))))
+            if wall * factor > args.max_seconds:
+                print(f"| {L} | {m.n} | stopped: the next ladder ({T * factor}) would take about {wall * factor:.0f} s "
+                      f"> {args.max_seconds:.0f} s; SE ∝ 1/sqrt(num_temps) puts the target at about "
+                      f"{T * (se / target) ** 2:.0f} temperatures, {wall * (se / target) ** 2:.0f} s |", flush=True)
+                break
+            T *= factor
     print(f"\n1-min load average at end {os.getloadavg()[0]:.2f}")
 
 
