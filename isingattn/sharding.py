@@ -1,12 +1,14 @@
 """Data parallelism over several JAX devices with ``jax.sharding`` (one host or many).
 
-A 1-D mesh with axis ``"data"`` serves two uses:
+A 1-D mesh with axis ``"data"`` serves three uses:
 
 * training: each batch is split over the devices (``shard_batch``), the model and the
   optimizer state are replicated (``replicate``); under ``jit`` XLA then runs the step
   data-parallel and all-reduces the gradients of the (mean) loss;
 * ``inference.Exact(mesh=...)``: the enumerated configurations are split over the
   devices instead (for few queries with many spins).
+* ``ParallelTempering(mesh=...)``: the chains are split over the devices
+  (``check_split``, ``split_along``, ``gathered``), with the same samples as one device.
 
 Multi-host: call ``jax.distributed.initialize(...)`` first; ``jax.devices()`` then spans
 every process and ``data_mesh()`` covers them all. ``shard_batch`` expects the same
@@ -59,3 +61,37 @@ def replicate(tree, mesh: Mesh):
     ``mesh``; other leaves are left alone."""
     arrays, static = eqx.partition(tree, eqx.is_array)
     return eqx.combine(jax.device_put(arrays, NamedSharding(mesh, P())), static)
+
+
+def check_split(mesh, size: int, what: str, owner: str) -> None:
+    """Refuse (``IsingInputError``) a ``mesh`` that is not a ``jax.sharding.Mesh`` or whose
+    device count does not divide ``size``, the length of the axis ``what`` that ``owner``
+    splits over every axis of the mesh. ``mesh=None`` (no sharding) passes."""
+    if mesh is None:
+        return
+    if not isinstance(mesh, Mesh):
+        raise IsingInputError(f"{owner}: mesh must be a jax.sharding.Mesh (e.g. isingattn.sharding.data_mesh()) or None; "
+                              f"got {type(mesh).__name__}.")
+    if size % mesh.size:
+        raise IsingInputError(f"{owner}: {what} = {size} is split over the mesh's {mesh.size} devices, so it must be a "
+                              f"multiple of {mesh.size}. Pick {what} divisible by {mesh.size}, or a smaller mesh "
+                              "(isingattn.sharding.data_mesh(n_devices)).")
+
+
+def split_along(x, mesh: Optional[Mesh], axis: int):
+    """Inside ``jit``: ``x`` constrained to be split along ``axis`` over all the axes of
+    ``mesh`` and replicated along the others (``mesh=None``: ``x`` as is). A constraint
+    changes where values live, never what they are."""
+    if mesh is None:
+        return x
+    spec = (None,) * axis + (tuple(mesh.axis_names),)
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*spec)))
+
+
+def gathered(tree, mesh: Optional[Mesh]):
+    """Inside ``jit``: every array leaf of ``tree`` constrained to be replicated on ``mesh``
+    (an all-gather of a split array), so that the reductions that follow run on whole
+    arrays, in the order of a single-device run (``mesh=None``: ``tree`` as is)."""
+    if mesh is None:
+        return tree
+    return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P())), tree)

@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import Mesh
 
 from isingattn import prng
 from isingattn import validate as V
@@ -69,6 +70,7 @@ from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_
 from isingattn.inference.mcmc.pt_kernel import COLD, NONE, _safe_beta, adapt_ladder, swap_round
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel
+from isingattn.sharding import check_split, gathered, split_along
 from isingattn.sparse import SparseCouplings
 
 LOG_Z_BATCHES = 16  # batches per chain of the stepping stone's standard error
@@ -110,7 +112,7 @@ def _round_lengths(num_warmup: int, rounds: int) -> list:
 
 def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int,
                   num_replicas: int, beta_min: float = 0.0, ladder=None, adapt_rounds: int = 4, thin: int = 1,
-                  classes=None):
+                  classes=None, mesh=None):
     """Run ``num_chains`` tempered chains of ``num_replicas`` replicas (module docstring).
 
     One loop over every step (warmup and sampling), so the sweep is compiled once; what a
@@ -120,6 +122,15 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         h ``[*batch, n]``, J ``[*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
         beta: scalar (traced ok); active ``[*batch, n]`` bool or None; shape ``(*batch, n)``;
         ladder: None (adapt) or ``R`` fractions of β, decreasing from 1.
+        mesh: None, or a ``jax.sharding.Mesh`` whose device count divides ``num_chains``:
+            every per-chain array of the loop is split along its chains axis over all the
+            mesh's axes (:func:`~isingattn.sharding.split_along`), the ladder is
+            replicated. The noise is drawn for the global shapes, the swaps stay inside a
+            chain (on one device), and the chains' mean rejection (ladder adaptation) and
+            every reduction after the loop run on gathered arrays, so the result is the
+            unsharded one bit for bit up to the rounding of the energies' sums over a
+            device's share of the chains (``ParallelTempering``). The returned arrays are
+            replicated.
     Returns:
         dict with ``words [ceil(D/32), C, *batch, n]`` (the target replica's draws, packed
         as :func:`~isingattn.inference.mcmc.gibbs.run_chains` packs them), ``energy [D, C,
@@ -149,6 +160,16 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
     to_t = lambda x: jnp.moveaxis(x, -1, 0)
     from_t = lambda x: jnp.moveaxis(x, 0, -1)
     s = to_t(s)
+    # With a mesh, the sweep and the energy see the chains axis first ([C, R, *batch, n]), so
+    # that their GEMMs' merged column axis (chains, replicas, models) splits into one
+    # contiguous block per device; replicas first, it would be gathered onto every device.
+    lanes_first = (lambda x: x) if mesh is None else (lambda x: jnp.swapaxes(x, 0, 1))
+    to_sweep = lambda x: lanes_first(from_t(x))  # [n, R, C, ...] -> [R, C, ..., n] (or [C, R, ..., n])
+    from_sweep = lambda x: to_t(lanes_first(x))
+    sweep_energy = lambda s: lanes_first(energy(h, J, to_sweep(s)))  # [R, C, ...]
+    # chains axis of each carried array (None: replicated), in the carry's order
+    chain_axes = (2, 1, 1, None, 1, 2, 1, 0, 1, 0, 2)
+    place = lambda c: tuple(x if a is None else split_along(x, mesh, a) for x, a in zip(c, chain_axes))
 
     # adaptation rounds end after the steps in `ends`; burn: the steps before the first draw
     ends = np.cumsum(_round_lengths(num_warmup, adapt_rounds)) if (ladder is None and R > 2) else np.zeros(0, int)
@@ -174,13 +195,13 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         s, E, last, betas, rej, words, E0, flips, acc, trips, lse = c
         # one PT step (pt_kernel.pt_step, spin-major); t gives the parity and the key
         k_sweep, k_swap = jax.random.split(jax.random.fold_in(k_run, t))
-        thr = sweep_thresholds(k_sweep, (n,) + E.shape, dtype, _safe_beta(betas, dtype)[None])
+        thr = split_along(sweep_thresholds(k_sweep, (n,) + E.shape, dtype, _safe_beta(betas, dtype)[None]), mesh, 2)
         s0 = s[:, 0]
-        new, ginfo = sweep_with_thresholds(from_t(thr), GibbsState(from_t(s)), h, J, classes)
-        s = to_t(new.spins)
+        new, ginfo = sweep_with_thresholds(to_sweep(thr), GibbsState(to_sweep(s)), h, J, classes)
+        s = from_sweep(new.spins)
         # the sweep's own energy change (one multiply-add per spin; an energy costs a sweep on
         # a sparse graph), recomputed exactly every ENERGY_REFRESH steps so no drift builds up
-        E = lax.cond(t % ENERGY_REFRESH == 0, lambda: energy(h, J, from_t(s)), lambda: E + ginfo.delta_energy)
+        E = lax.cond(t % ENERGY_REFRESH == 0, lambda: sweep_energy(s), lambda: E + lanes_first(ginfo.delta_energy))
         u = prng.uniform(k_swap, (R - 1,) + lanes, dtype)
         s, E, last, info = swap_round(u, s, E, last, betas, t % 2, axis=1)
 
@@ -192,7 +213,8 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         def adapt(args):
             betas, rej = args
             L = (ends_arr[k] - round_start[k]).astype(dtype)
-            new = adapt_ladder(betas[:, 0], rej.mean(1) / L)  # one ladder per model, from its chains' mean
+            # one ladder per model, from its chains' mean (gathered: the unsharded sum order)
+            new = adapt_ladder(betas[:, 0], gathered(rej, mesh).mean(1) / L)
             return jnp.broadcast_to(new[:, None], bshape), jnp.zeros_like(rej)
 
         betas, rej = lax.cond(at_end, adapt, lambda a: a, (betas, rej))
@@ -215,13 +237,14 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         b = (d * B) // D
         old = lax.dynamic_index_in_dim(lse, b, 0, keepdims=False)
         lse = lax.dynamic_update_index_in_dim(lse, jnp.where(keep, jnp.logaddexp(old, terms(t, E, betas)), old), b, 0)
-        return s, E, last, betas, rej, words, E0, flips, acc, trips, lse
+        return place((s, E, last, betas, rej, words, E0, flips, acc, trips, lse))
 
     zeros = lambda shp, dt=dtype: jnp.zeros(shp, dt)
     carry = (s, E, last, betas, zeros((R - 1,) + lanes), zeros((-(-D // WORD), n) + lanes, jnp.uint32),
              zeros((D,) + lanes), zeros(lanes), zeros((R - 1,) + lanes), zeros(lanes, jnp.int32),
              jnp.full((B, K) + lanes, -jnp.inf, dtype))
-    s, E, last, betas, _, words, E0, flips, acc, trips, lse = lax.fori_loop(0, total, body, carry)
+    carry = lax.fori_loop(0, total, body, place(carry))
+    s, E, last, betas, _, words, E0, flips, acc, trips, lse = gathered(carry, mesh)
 
     steps = D * thin
     active_count = jnp.maximum(jnp.abs(s[:, 0]).sum(0), 1)
@@ -269,7 +292,8 @@ class ParallelTempering(ColouredSweep):
     distribution, which one sweep samples exactly); ``ladder`` (None: adapt; or ``R``
     fractions ``β_k / β``, decreasing from 1 to ≥ 0, used as given); ``adapt_rounds``;
     ``schedule``/``colors`` as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`;
-    ``diagnostics``, ``rhat_threshold``, ``rao_blackwell`` and ``keep_samples`` as in Gibbs.
+    ``diagnostics``, ``rhat_threshold``, ``rao_blackwell`` and ``keep_samples`` as in Gibbs;
+    ``mesh`` (below).
 
     ``marginals(model, *, key)`` returns, at the model's β (replica 0):
 
@@ -289,6 +313,23 @@ class ParallelTempering(ColouredSweep):
       when the hot end is β = 0 and every chain completed at least ``MIN_ROUND_TRIPS`` round
       trips, since each trip brought down a state drawn afresh at β = 0 (a spin of a glass
       frozen into its ground state: |⟨s⟩| > 0.999 on the strips of the tests).
+
+    ``mesh`` (a ``jax.sharding.Mesh``, e.g. :func:`isingattn.sharding.data_mesh`; None: one
+    device) splits the **chains** axis over all the mesh's devices: a chain's ``R`` replicas
+    stay on one device, so the sweeps and the swaps (always between replicas of one chain)
+    need no communication; only the ladder adaptation's mean over chains and the results
+    are gathered. ``num_chains`` must be a multiple of the device count (else
+    ``IsingInputError``); the replica axis is not split (with a few replicas per device,
+    every swap round would cross devices). The noise is drawn for the global arrays, the
+    same whatever the sharding, so a sharded run gives the unsharded run's samples,
+    marginals, swap rates and ladder bit for bit (float64, tested on 4 CPU devices) as long
+    as XLA rounds the energies' sums over a device's share of the chains as over all of
+    them: measured, dense ``n ≤ 64`` yes; dense ``n ≥ 128`` and a sparse 20×20 torus give
+    the same samples but energies (so swap rates, ladder, log Z) that differ in the last
+    bits. The same holds across processes after
+    ``jax.distributed.initialize(...)`` with a mesh over ``jax.devices()`` (tested: two processes
+    on localhost, CPU collectives through gloo; DESIGN.md §3, "Samplers that mix where Gibbs freezes").
+    The result arrays are replicated on the mesh's devices.
 
     The defaults (16 replicas, 2000 warmup and 16000 sampling steps, 4 chains) are sized
     for issue 29's 8×24 ±J strip at β = 2 (every marginal within 0.08 of exact); a larger
@@ -311,10 +352,12 @@ class ParallelTempering(ColouredSweep):
     rhat_threshold: float = eqx.field(static=True, default=1.05, converter=V.plain)
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
     keep_samples: Optional[bool] = eqx.field(static=True, default=None, converter=V.plain)
+    mesh: Optional[Mesh] = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         o = "ParallelTempering"
         check_chain_settings(self, o)  # Gibbs' settings, then PT's own
+        check_split(self.mesh, self.num_chains, "num_chains", o)
         V.positive_int("adapt_rounds", self.adapt_rounds, owner=o)
         V.positive_int("num_replicas", self.num_replicas, owner=o)
         if self.num_replicas < 2:
@@ -355,7 +398,7 @@ class ParallelTempering(ColouredSweep):
         out = run_tempering(key, h, J, beta, act, batch + (n,), num_warmup=self.num_warmup,
                             num_samples=self.num_samples, num_chains=C, num_replicas=self.num_replicas,
                             beta_min=float(self.beta_min), ladder=self.ladder, adapt_rounds=self.adapt_rounds,
-                            thin=self.thin, classes=self._sweep_classes(model))
+                            thin=self.thin, classes=self._sweep_classes(model), mesh=self.mesh)
         last = lambda x, k: jnp.moveaxis(x, tuple(range(k)), tuple(range(-k, 0)))  # leading k axes to the end
         energy_trace = last(out["energy"], 2)  # [D, C, *batch] -> [*batch, D, C]
         energy_trace = jnp.swapaxes(energy_trace, -1, -2)  # [*batch, C, D]

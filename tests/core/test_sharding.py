@@ -1,11 +1,12 @@
 """Data parallelism over several devices (``isingattn.sharding``, ``Exact(mesh=...)``,
-``train(mesh=...)``) against the single-device results.
+``train(mesh=...)``, ``ParallelTempering(mesh=...)``) against the single-device results.
 
 XLA fixes the number of (fake CPU) devices when jax starts, and this session's jax has
 already started with one, so the multi-device runs happen once, in a subprocess with
 ``--xla_force_host_platform_device_count=4``; it prints the measured differences as JSON
 and the tests below check them. Everything runs in float64, so the only differences are
-the order of float summation (psum over devices against one GEMM).
+the order of float summation (psum over devices against one GEMM); parallel tempering's
+chains must match exactly. One more test runs PT in two processes under ``jax.distributed``.
 """
 
 import json
@@ -19,7 +20,26 @@ import pytest
 DEVICES = 4
 TOL = 1e-11
 
-WORKER = textwrap.dedent(
+# The model and settings of the PT checks, shared by the 4-device worker, the two-process run
+# and the single-process reference.
+PT_LATTICE = textwrap.dedent(
+    """
+    import numpy as np
+
+    def pt_lattice():
+        # two 4x4 open lattices, ±1 couplings, fields N(0, 0.3²): h [2, 16], J [2, 16, 16]
+        rng = np.random.default_rng(1)
+        h, J = rng.normal(0, 0.3, (2, 16)), np.zeros((2, 16, 16))
+        for i in range(16):
+            for j in ([i + 1] if i % 4 < 3 else []) + ([i + 4] if i < 12 else []):
+                J[:, i, j] = J[:, j, i] = rng.choice([-1.0, 1.0], 2)
+        return h, J
+
+    PT_SETTINGS = dict(num_warmup=64, num_samples=256, num_chains=8, num_replicas=5)
+    """
+)
+
+WORKER = PT_LATTICE + textwrap.dedent(
     """
     import json, time
     import jax, jax.numpy as jnp, numpy as np
@@ -100,6 +120,41 @@ WORKER = textwrap.dedent(
                     "replicated": bool(leaf.sharding.is_fully_replicated), "n_devices": len(leaf.sharding.device_set)}
 
     out["seconds"]["train"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+
+    # Parallel tempering with its 8 chains split over the 4 devices (2 per device) against
+    # one device: a batch of two 4x4 ±J lattices at β = 1.5 (so the batch axes trail the
+    # chains), 5 replicas, an adapted ladder. Everything must be equal, bit for bit.
+    import warnings
+    from isingattn.engine import ConvergenceWarning
+    from isingattn.inference.mcmc import ParallelTempering
+    from isingattn.inference.mcmc.pt import run_tempering
+    hp, Jp = pt_lattice()
+    pt_model = IsingModel(hp, Jp, beta=1.5)
+    with warnings.catch_warnings():  # a few hundred draws: not every spin has converged, in both runs alike
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        p0, p1 = (ParallelTempering(**PT_SETTINGS, mesh=mm).marginals(pt_model, key=jax.random.key(3))
+                  for mm in (None, mesh))
+    same = lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
+    out["pt"] = {k: same(getattr(p0, k), getattr(p1, k)) for k in ("samples", "mean", "corr", "log_z")}
+    out["pt"].update({k: same(p0.info[k], p1.info[k]) for k in p0.info if k != "log_z_kind"})
+    out["pt"]["swap_rate"] = [np.asarray(p0.info["swap_rate"]).tolist(), np.asarray(p1.info["swap_rate"]).tolist()]
+    out["pt"]["samples_shape"] = list(p1.samples.shape)
+    out["pt"]["distinct_draws"] = int(np.unique(np.asarray(p1.samples).reshape(-1, 16), axis=0).shape[0])
+    # the loop really runs split: inside it, the only collective is the all-gather of the
+    # swap rejections ([R-1, C, *batch], for the ladder's mean over chains); the spins stay put
+    txt = jax.jit(lambda k: run_tempering(k, jnp.asarray(hp), jnp.asarray(Jp), 1.5, None, hp.shape, num_warmup=8,
+                                          num_samples=8, num_chains=8, num_replicas=5, mesh=mesh)).lower(
+        jax.random.key(0)).compile().as_text()
+    ops = ("all-gather(", "all-reduce(", "all-to-all(", "collective-permute(")
+    out["pt"]["loop_collectives"] = [l.split(" = ")[1].split(" ")[0] for l in txt.splitlines()
+                                     if "while/body" in l and any(o in l for o in ops)]
+    try:
+        ParallelTempering(num_chains=6, mesh=mesh)
+        out["pt"]["error"] = None
+    except ValueError as e:
+        out["pt"]["error"] = str(e)
+    out["seconds"]["pt"] = time.perf_counter() - t0
 
     # the helpers
     x = shard_batch(np.arange(8 * 3).reshape(8, 3), mesh)
@@ -162,3 +217,105 @@ def test_exact_rejects_a_non_mesh():
 
     with pytest.raises(IsingInputError, match="jax.sharding.Mesh"):
         Exact(mesh=4)
+
+
+def test_pt_sharded_chains_match_single_device(result):
+    """ParallelTempering(mesh=...) splits its chains over the devices; the noise is drawn
+    for the global arrays, so samples, marginals, log Z, swap rates, ladder, energy trace and
+    diagnostics are the single-device run's, bit for bit."""
+    r = result["pt"]
+    assert r["samples_shape"] == [2, 8 * 256, 16] and r["distinct_draws"] > 100  # real draws, not a constant
+    unequal = [k for k, v in r.items() if v is False]
+    assert not unequal, unequal
+    assert {"samples", "mean", "log_z", "swap_rate", "ladder", "energy", "r_hat", "round_trip_rate"} <= set(r)
+    assert r["swap_rate"][0] == r["swap_rate"][1] and min(min(x) for x in r["swap_rate"][0]) > 0.1
+    # the sweeps run split: the one collective in the loop gathers the swap rejections
+    assert len(r["loop_collectives"]) == 1 and r["loop_collectives"][0].startswith("f64[4,8,2]"), r["loop_collectives"]
+
+
+def test_pt_refuses_chains_that_do_not_split(result):
+    assert result["pt"]["error"] and "num_chains = 6" in result["pt"]["error"] and "multiple of 4" in result["pt"]["error"]
+
+
+# Two processes, 2 fake CPU devices each, one global mesh over their 4 devices: JAX's own
+# distributed runtime (a coordinator on localhost; CPU collectives through gloo).
+DIST_WORKER = PT_LATTICE + textwrap.dedent(
+    """
+    import hashlib, json, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    jax.distributed.initialize(coordinator_address="127.0.0.1:" + sys.argv[2], num_processes=2,
+                               process_id=int(sys.argv[1]))
+    from isingattn import IsingModel
+    from isingattn.inference.mcmc import ParallelTempering
+    from isingattn.sharding import data_mesh
+
+    h, J = pt_lattice()
+    m = ParallelTempering(**PT_SETTINGS, diagnostics=False, mesh=data_mesh()).marginals(
+        IsingModel(h, J, beta=1.5), key=jax.random.key(3))
+    digest = lambda x: hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
+    out = {"processes": jax.process_count(), "devices": jax.device_count(), "local": jax.local_device_count(),
+           "samples": digest(m.samples), "energy": digest(m.info["energy"]),
+           **{k: np.asarray(v).tolist() for k, v in [("mean", m.mean), ("log_z", m.log_z),
+                                                      ("swap_rate", m.info["swap_rate"]), ("ladder", m.info["ladder"])]}}
+    print("RESULT " + json.dumps(out), flush=True)
+    jax.distributed.shutdown()
+    """
+)
+
+
+def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
+    """ParallelTempering(mesh=data_mesh()) after jax.distributed.initialize in two processes
+    on localhost (2 CPU devices each, 8 chains over the 4 global devices) gives, in both
+    processes, the samples, marginals, swap rates, ladder and log Z of a one-process,
+    one-device run, bit for bit."""
+    import hashlib
+    import socket
+
+    import jax
+    import numpy as np
+
+    from isingattn import IsingModel
+    from isingattn.inference.mcmc import ParallelTempering
+
+    with socket.socket() as sock:  # a free port for the coordinator
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
+    env["JAX_PLATFORMS"] = "cpu"
+    # output to files, not pipes: a process blocked on a full pipe would hold the other at the
+    # shutdown barrier
+    logs = [(tmp_path / f"out{i}", tmp_path / f"err{i}") for i in range(2)]
+    procs = []
+    try:
+        for i, (o, e) in enumerate(logs):
+            with open(o, "w") as fo, open(e, "w") as fe:
+                procs.append(subprocess.Popen([sys.executable, "-c", DIST_WORKER, str(i), port], env=env, stdout=fo,
+                                              stderr=fe))
+        # the one-process reference, while they run
+        ns = {}
+        exec(PT_LATTICE, ns)
+        h, J = ns["pt_lattice"]()
+        ref = ParallelTempering(**ns["PT_SETTINGS"], diagnostics=False).marginals(IsingModel(h, J, beta=1.5),
+                                                                                 key=jax.random.key(3))
+        for p in procs:
+            p.wait(timeout=300)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    results = []
+    for p, (o, e) in zip(procs, logs):
+        stdout, stderr = o.read_text(), e.read_text()
+        lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+        assert p.returncode == 0 and lines, f"process failed (rc {p.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}"
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+
+    digest = lambda x: hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
+    for r in results:
+        assert (r["processes"], r["devices"], r["local"]) == (2, 4, 2)
+        assert r["samples"] == digest(ref.samples) and r["energy"] == digest(ref.info["energy"])
+        for k, v in [("mean", ref.mean), ("log_z", ref.log_z), ("swap_rate", ref.info["swap_rate"]),
+                     ("ladder", ref.info["ladder"])]:
+            np.testing.assert_array_equal(np.asarray(r[k]), np.asarray(v), err_msg=k)

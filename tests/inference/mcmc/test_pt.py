@@ -372,6 +372,7 @@ def test_registered_and_spec_round_trip():
     (dict(num_chains="4"), "num_chains"),
     (dict(adapt_rounds=0), "adapt_rounds"),
     (dict(rhat_threshold=1.0), "rhat_threshold"),
+    (dict(mesh=4), "jax.sharding.Mesh"),  # a mesh whose devices do not divide num_chains: tests/core/test_sharding.py
 ])
 def test_bad_configuration_is_refused(config, match):
     with pytest.raises(IsingInputError, match=match):
