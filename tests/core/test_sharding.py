@@ -124,17 +124,15 @@ WORKER = PT_LATTICE + textwrap.dedent(
 
     # Parallel tempering with its 8 chains split over the 4 devices (2 per device) against
     # one device: a batch of two 4x4 ±J lattices at β = 1.5 (so the batch axes trail the
-    # chains), 5 replicas, an adapted ladder. Everything must be equal, bit for bit.
-    import warnings
-    from isingattn.engine import ConvergenceWarning
+    # chains), 5 replicas, an adapted ladder. Everything must be equal, bit for bit. (Without
+    # the R-hat/ESS diagnostics, half the compile time: they are computed after the loop from
+    # the gathered draws, so equal draws give equal diagnostics.)
     from isingattn.inference.mcmc import ParallelTempering
     from isingattn.inference.mcmc.pt import run_tempering
     hp, Jp = pt_lattice()
     pt_model = IsingModel(hp, Jp, beta=1.5)
-    with warnings.catch_warnings():  # a few hundred draws: not every spin has converged, in both runs alike
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        p0, p1 = (ParallelTempering(**PT_SETTINGS, mesh=mm).marginals(pt_model, key=jax.random.key(3))
-                  for mm in (None, mesh))
+    p0, p1 = (ParallelTempering(**PT_SETTINGS, diagnostics=False, mesh=mm).marginals(pt_model, key=jax.random.key(3))
+              for mm in (None, mesh))
     same = lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
     out["pt"] = {k: same(getattr(p0, k), getattr(p1, k)) for k in ("samples", "mean", "corr", "log_z")}
     out["pt"].update({k: same(p0.info[k], p1.info[k]) for k in p0.info if k != "log_z_kind"})
@@ -221,13 +219,13 @@ def test_exact_rejects_a_non_mesh():
 
 def test_pt_sharded_chains_match_single_device(result):
     """ParallelTempering(mesh=...) splits its chains over the devices; the noise is drawn
-    for the global arrays, so samples, marginals, log Z, swap rates, ladder, energy trace and
-    diagnostics are the single-device run's, bit for bit."""
+    for the global arrays, so samples, marginals, log Z, swap rates, ladder and energy trace
+    are the single-device run's, bit for bit."""
     r = result["pt"]
     assert r["samples_shape"] == [2, 8 * 256, 16] and r["distinct_draws"] > 100  # real draws, not a constant
     unequal = [k for k, v in r.items() if v is False]
     assert not unequal, unequal
-    assert {"samples", "mean", "log_z", "swap_rate", "ladder", "energy", "r_hat", "round_trip_rate"} <= set(r)
+    assert {"samples", "mean", "corr", "log_z", "swap_rate", "ladder", "energy", "round_trip_rate", "log_z_se"} <= set(r)
     assert r["swap_rate"][0] == r["swap_rate"][1] and min(min(x) for x in r["swap_rate"][0]) > 0.1
     # the sweeps run split: the one collective in the loop gathers the swap rejections
     assert len(r["loop_collectives"]) == 1 and r["loop_collectives"][0].startswith("f64[4,8,2]"), r["loop_collectives"]
