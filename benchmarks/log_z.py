@@ -8,12 +8,16 @@ Models (float64):
   dense     n = 20, h ~ N(0, 0.3²), J ~ N(0, 1/n), β = 1; reference: Exact
   torus LxL periodic ferromagnets at K = 0.3, K_c, 0.6, no field; reference: Kaufman's
             exact finite-lattice log Z (isingattn.onsager)
-Engines: MeanField naive (a lower bound), TAP, Bethe (BP), AIS (an estimate with its SE), and
-Exact/Banded where they apply. Each row: the reference's value, the error, the SE where the
-engine gives one, and the wall time of the second call (the first compiles).
+Engines: MeanField naive (a lower bound), TAP, Bethe (BP), AIS (an estimate with its SE; Gibbs
+sweeps), parallel tempering ("PT": the stepping-stone estimate along its adapted ladder, with
+its SE), AIS with Swendsen–Wang moves ("AIS-SW", on the ferromagnetic tori only: it needs
+J ≥ 0), and Exact/Banded where they apply. Each row: the reference's value, the error, the SE
+where the engine gives one, and the wall time of the second call (the first compiles).
 
 Run:  python benchmarks/log_z.py              (about 10 minutes on 2 cores)
       python benchmarks/log_z.py --sizes 32    (the tori at L = 32 only)
+      python benchmarks/log_z.py --sizes 32,64 --ais-chains 128 --ais-temps 512 \
+          --sw-chains 64 --sw-temps 1024 --pt-warmup 1000 --pt-samples 4000   (the README's table)
 """
 
 from __future__ import annotations
@@ -41,13 +45,19 @@ def main():
     ap.add_argument("--sizes", default="32,64", help="torus sides")
     ap.add_argument("--ais-chains", type=int, default=256)
     ap.add_argument("--ais-temps", type=int, default=1024)
+    ap.add_argument("--sw-chains", type=int, default=64, help="AIS with Swendsen–Wang moves (tori only)")
+    ap.add_argument("--sw-temps", type=int, default=1024)
+    ap.add_argument("--pt-warmup", type=int, default=1000)
+    ap.add_argument("--pt-samples", type=int, default=4000)
+    ap.add_argument("--pt-replicas", type=int, default=16)
+    ap.add_argument("--pt-chains", type=int, default=4)
     args = ap.parse_args()
 
     from isingattn import IsingModel, graphs, onsager
     from isingattn.compare import _TreeReference
     from isingattn.inference.banded import Banded
     from isingattn.inference.exact import Exact
-    from isingattn.inference.mcmc import AIS
+    from isingattn.inference.mcmc import AIS, ParallelTempering
     from isingattn.inference.meanfield import MeanField
     from isingattn.instances import random_model
 
@@ -76,11 +86,15 @@ def main():
         g = graphs.lattice([L, L], periodic=True)
         for K, kname in ((0.3, "0.3"), (onsager.K_C, "K_c"), (0.6, "0.6")):
             m = IsingModel(np.zeros(g.n), graphs.random_couplings(key, g, "ferro", 1.0, dtype=np.float64), beta=K)
-            models.append((f"torus {L}x{L} K={kname}", m, "Kaufman", float(onsager.torus_log_z(L, L, K)), []))
+            models.append((f"torus {L}x{L} K={kname}", m, "Kaufman", float(onsager.torus_log_z(L, L, K)),
+                           [("AIS-SW", AIS(num_chains=args.sw_chains, num_temps=args.sw_temps,
+                                           transition="swendsen-wang"))]))
 
     engines = [("naive", MeanField(method="naive", max_iter=5000)), ("TAP", MeanField(method="tap", max_iter=5000)),
                ("Bethe", MeanField(method="bp", max_iter=5000)),
-               ("AIS", AIS(num_chains=args.ais_chains, num_temps=args.ais_temps))]
+               ("AIS", AIS(num_chains=args.ais_chains, num_temps=args.ais_temps)),
+               ("PT", ParallelTempering(num_warmup=args.pt_warmup, num_samples=args.pt_samples,
+                                        num_replicas=args.pt_replicas, num_chains=args.pt_chains, keep_samples=False))]
     print("| model | reference | log Z (reference) | engine | kind | error | SE | converged | wall (s) |")
     print("|---|---|---:|---|---|---:|---:|---|---:|")
     for name, model, ref_name, ref, extra in models:
