@@ -157,18 +157,29 @@ def _exact_energy(engine, model, beta, key, n):
 
 def plot(scans: Sequence[Scan], exact: Optional[dict] = None, path: Optional[str] = None,
          quantities: Sequence[str] = ("heat_capacity", "abs_magnetization", "free_energy"), title: str = ""):
-    """One panel per quantity against β, a line with error bars per scan, and the curves of
+    """One panel per quantity against β: points with error bars per scan, and the curves of
     ``exact`` (``{label: (betas, {quantity: values})}``, e.g. Kaufman's finite-lattice and
-    Onsager's infinite-lattice values) drawn over them. Saved to ``path`` when given."""
+    Onsager's infinite-lattice values) drawn over them. Saved to ``path`` when given.
+
+    Scans labelled ``"<engine> <system>"`` (e.g. ``"AIS L=16"``) share a colour per system and
+    a marker per engine; an exact curve whose label ends in the same ``<system>`` gets that
+    system's colour (others are black), so that many engines on several sizes stay readable.
+    One legend, beside the last panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     labels = {"log_z": "log Z / n", "free_energy": "free energy per spin f = -log Z / (βn)", "energy": "energy per spin u",
               "heat_capacity": "heat capacity per spin c", "abs_magnetization": "⟨|m|⟩",
               "susceptibility": "susceptibility χ"}
-    fig, axes = plt.subplots(1, len(quantities), figsize=(4.6 * len(quantities), 3.8), squeeze=False)
+    split = lambda label: (label.split(" ", 1) + [""])[:2]  # "AIS L=16" -> ("AIS", "L=16")
+    systems = list(dict.fromkeys(split(sc.engine)[1] or f"n={sc.n}" for sc in scans))
+    engines = list(dict.fromkeys(split(sc.engine)[0] for sc in scans))
+    colour = {sys_: plt.get_cmap("tab10")(i % 10) for i, sys_ in enumerate(systems)}
+    marker = {eng: "osD^vP*X"[i % 8] for i, eng in enumerate(engines)}
+    fig, axes = plt.subplots(1, len(quantities), figsize=(4.6 * len(quantities) + 1.8, 3.8), squeeze=False)
     for ax, q in zip(axes[0], quantities):
         for sc in scans:
             y, e = getattr(sc, q), getattr(sc, q + "_se")
@@ -176,13 +187,21 @@ def plot(scans: Sequence[Scan], exact: Optional[dict] = None, path: Optional[str
                 y, e = y / sc.n, e / sc.n
             if np.all(np.isnan(y)):
                 continue
-            ax.errorbar(sc.betas, y, yerr=np.where(np.isfinite(e), e, 0), fmt="o", ms=3, capsize=2,
-                        label=f"{sc.engine} (n={sc.n})")
+            eng, sys_ = split(sc.engine)
+            ax.errorbar(sc.betas, y, yerr=np.where(np.isfinite(e), e, 0), fmt=marker[eng], ms=3.5, capsize=2,
+                        color=colour[sys_ or f"n={sc.n}"], mfc="none", alpha=0.85)
         for name, (b, vals) in (exact or {}).items():
             if q in vals:
-                ax.plot(b, vals[q], "-", lw=1.2, label=name)
+                sys_ = split(name)[1]
+                ax.plot(b, vals[q], "-", lw=1.2, color=colour.get(sys_, "k"), alpha=0.9)
         ax.set(xlabel="β (K = βJ)", ylabel=labels.get(q, q))
-        ax.legend(fontsize=7)
+    ns = {split(sc.engine)[1] or f"n={sc.n}": sc.n for sc in scans}
+    handles = [Line2D([], [], color=colour[s_], lw=1.2, label=f"{s_} (n={ns[s_]})") for s_ in systems]
+    handles += [Line2D([], [], color="0.3", ls="none", marker=marker[e_], mfc="none", label=e_) for e_ in engines]
+    handles += [Line2D([], [], color=colour.get(split(name)[1], "k"), lw=1.2, label=name) for name in (exact or {})
+                if split(name)[1] not in colour]
+    axes[0, -1].legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5),
+                       title="lines: exact; points: engines", title_fontsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
