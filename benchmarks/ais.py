@@ -15,6 +15,10 @@
    A size stops when the next run would take longer than ``--max-seconds`` (predicted from
    the last run's wall time). Each row also says whether the estimate is within 4 SE of
    Kaufman's value; the time to the target is the wall time of the row that reached it.
+4. (``--parts 4``) whether the SE is honest: for each case ``L:chains:temps:keys:K`` of
+   ``--z-cases``, ``z = (log Ẑ - log Z_Kaufman) / SE`` over keys ``300 .. 300 + keys - 1``:
+   mean(z²) (about 1 when the SE is honest), the largest |z|, the mean z, the spread of the
+   errors against the mean SE.
 
 Run:  python benchmarks/ais.py            (about 10 minutes on 2 cores)
       python benchmarks/ais.py --parts 3 --transition swendsen-wang --time-to-se 0.1 --jump
@@ -54,11 +58,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="32,64,128")
     ap.add_argument("--chains", type=int, default=64)
-    ap.add_argument("--parts", default="1,2,3", help="which of the three parts to run, e.g. 1 or 1,3")
+    ap.add_argument("--parts", default="1,2,3", help="which parts (1-4) to run, e.g. 1 or 1,3")
     ap.add_argument("--start-temps", default="256", help="part 3's first num_temps; '0.5n': half a temperature per spin")
     ap.add_argument("--time-to-se", type=float, default=0.1, help="part 3's target SE (nats)")
     ap.add_argument("--transition", default="gibbs", choices=("gibbs", "swendsen-wang"), help="part 3's AIS move")
     ap.add_argument("--jump", action="store_true", help="part 3: go to the predicted ladder, not the next doubling")
+    ap.add_argument("--z-cases", default="16:64:256:60:Kc,32:64:1024:10:Kc,32:64:1024:10:0.6",
+                    help="part 4: L:chains:temps:keys:K, comma-separated (K a number or Kc)")
     ap.add_argument("--max-seconds", type=float, default=600.0, help="part 3: stop a size once a run took longer")
     args = ap.parse_args()
     from isingattn import onsager
@@ -91,6 +97,21 @@ def main():
               f"{float(out.log_z) - ref:+.4f}, SE {float(out.info['log_z_se']):.4f}, weight ESS "
               f"{float(out.info['weight_ess']):.1f} of 256; {wall:.1f} s (+ {first - wall:.1f} s compile)\n")
 
+    if 4 in parts:
+        print(f"| L | K | transition | chains | temps | keys | mean z² | max \\|z\\| | mean z | sd(error) | mean SE |")
+        print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for case in args.z_cases.split(","):
+            L, C, T, nk, K = case.split(":")
+            L, C, T, nk = int(L), int(C), int(T), int(nk)
+            K = Kc if K == "Kc" else float(K)
+            m, ref = torus(L, K, np.float64), float(onsager.torus_log_z(L, L, K))
+            eng = AIS(num_chains=C, num_temps=T, transition=args.transition)
+            outs = [eng.marginals(m, key=jax.random.key(300 + k)) for k in range(nk)]
+            err = np.array([float(o.log_z) - ref for o in outs])
+            se = np.array([float(o.info["log_z_se"]) for o in outs])
+            z = err / se
+            print(f"| {L} | {K:.4g} | {args.transition} | {C} | {T} | {nk} | {np.mean(z**2):.2f} | "
+                  f"{np.abs(z).max():.2f} | {z.mean():+.2f} | {err.std(ddof=1):.3f} | {se.mean():.3f} |", flush=True)
     if 3 not in parts:
         return
     # 3. time to the target SE
