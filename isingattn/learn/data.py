@@ -236,6 +236,10 @@ def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, m
     dtype = jnp.dtype(jnp.result_type(float) if dtype is None else dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise IsingTypeError(f"dtype must be a floating dtype (float32 or float64); got {dtype}.")
+    if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+        raise IsingInputError(f"dtype={dtype} needs JAX's 64-bit mode (jax.config.update('jax_enable_x64', True)); "
+                              f"without it JAX computes in {jax.dtypes.canonicalize_dtype(dtype)}. Enable it or pass "
+                              "dtype=np.float32.")
     w = np.ones(S) if weights is None else check_weights(weights, S)
     total = float(w.sum())
     pattern = pattern_from_graph(graph, n)

@@ -140,6 +140,18 @@ def independent_start(data: Data, beta: float) -> np.ndarray:
     return np.concatenate([np.arctanh(m) / beta, np.zeros(data.pattern.E)]).astype(data.dtype)
 
 
+def start(data: Data, beta: float, init, owner: str) -> np.ndarray:
+    """The starting point ``[n + E]``: ``init`` (checked) or :func:`independent_start`."""
+    if init is None:
+        return independent_start(data, beta)
+    x0 = np.asarray(init, data.dtype)
+    P = data.pattern.n + data.pattern.E
+    if x0.shape != (P,) or not np.all(np.isfinite(x0)):
+        raise IsingInputError(f"{owner}: init must be {P} finite numbers, the fields h [n = {data.pattern.n}] then the "
+                              f"coupling weights on the pattern's edges [E = {data.pattern.E}]; got shape {x0.shape}.")
+    return x0
+
+
 def coupling_mask(pattern: Pattern, dtype) -> np.ndarray:
     """``[n + E]``: 0 for the fields, 1 for the couplings (where an L1 penalty applies)."""
     return np.concatenate([np.zeros(pattern.n), np.ones(pattern.E)]).astype(dtype)
@@ -181,7 +193,7 @@ def fit_exact(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[fl
     args = (data.mean.astype(dt), data.pair.astype(dt), pattern.edges[:, 0], pattern.edges[:, 1], b,
             np.asarray(l2, dt))
     fg = ExactObjective(eng, (n, pattern.graph), sparse)
-    x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
+    x0 = start(data, beta, init, 'fit(method="exact")')
     mask = coupling_mask(pattern, dt)
     # the tolerance is on the moments: the gradient is β times their mismatch
     x, g, info = minimize(fg, x0, args, tol=tol * beta, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,

@@ -41,7 +41,7 @@ from isingattn import validate as V
 from isingattn.errors import IsingInputError
 from isingattn.sparse import CouplingGraph, SparseCouplings
 from isingattn.learn.data import Data
-from isingattn.learn.exact_ml import coupling_mask, independent_start, moment_gap
+from isingattn.learn.exact_ml import coupling_mask, moment_gap, start
 
 __all__ = ["SAMPLERS", "fit_pcd"]
 
@@ -197,7 +197,7 @@ def fit_pcd(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     window_start = int(num_steps * (1 - average))
     cfg = PCDConfig(n, graph, sampler, sweeps, classes, num_steps, window_start, min(chunk, num_steps), learning_rate)
     i, j = pattern.edges[:, 0], pattern.edges[:, 1]
-    x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
+    x0 = start(data, beta, init, o)
     mask = coupling_mask(pattern, dt)
     if sampler == "swendsen-wang":
         x0 = np.where(mask > 0, np.maximum(x0, 0.0), x0).astype(dt)

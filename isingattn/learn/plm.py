@@ -30,7 +30,7 @@ import numpy as np
 
 from isingattn.sparse import CouplingGraph, SparseCouplings
 from isingattn.learn.data import Data, chunk_rows, padded_chunks
-from isingattn.learn.exact_ml import coupling_mask, independent_start
+from isingattn.learn.exact_ml import coupling_mask, start
 from isingattn.learn.optimize import minimize
 from isingattn.learn.score import conditional_log_probs, spin_log_conditionals
 
@@ -114,7 +114,7 @@ def fit_plm(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     xs, ps = plm_chunks(data)
     args = (xs, ps, pattern.edges[:, 0], pattern.edges[:, 1], np.asarray(beta, dt), np.asarray(l2, dt))
     fg = PLMObjective(n, pattern.graph)
-    x0 = independent_start(data, beta) if init is None else np.asarray(init, dt)
+    x0 = start(data, beta, init, 'fit(method="plm")')
     mask = coupling_mask(pattern, dt)
     x, _, info = minimize(fg, x0, args, tol=tol, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
                        desc="fit plm")

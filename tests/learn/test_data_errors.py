@@ -95,6 +95,8 @@ def test_constant_spin_is_named_and_kept_finite_by_l2():
     (dict(method="plm", graph=[(0, 1)]), IsingTypeError, "graph must be None"),
     (dict(method="exact", engine="gibbs"), IsingInputError, "engine must be None"),
     (dict(method="exact", engine="banded"), IsingInputError, "Banded needs a graph"),
+    (dict(method="plm", init=np.zeros(2)), IsingInputError, "init must be 6 finite numbers"),
+    (dict(method="plm", dtype=np.int32), IsingTypeError, "floating dtype"),
 ])
 def test_bad_settings(kwargs, error, match):
     with pytest.raises(error, match=match):
