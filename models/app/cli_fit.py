@@ -31,7 +31,7 @@ def add_fit_parser(sub, fmt: dict) -> None:
     f.add_argument("--beta", type=_positive_float, default=1.0, help="inverse temperature of the fitted model")
     f.add_argument("--l1", type=_nonnegative_float, default=0.0, help="L1 penalty on J (plm)")
     f.add_argument("--l2", type=_nonnegative_float, default=1e-4, help="L2 penalty on h and J")
-    f.add_argument("--max-iter", type=_positive_int, default=None, help="iterations (pcd: steps); method default")
+    f.add_argument("--max-iter", type=_positive_int, default=None, help="iterations (pcd: steps); without it, the method's default")
     f.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of stochastic methods (pcd)")
     f.add_argument("--out", required=True, help="output folder for model.npz, model.bqm and fit.json")
     f.set_defaults(func=_fit)
