@@ -314,22 +314,12 @@ class ParallelTempering(ColouredSweep):
       trips, since each trip brought down a state drawn afresh at β = 0 (a spin of a glass
       frozen into its ground state: |⟨s⟩| > 0.999 on the strips of the tests).
 
-    ``mesh`` (a ``jax.sharding.Mesh``, e.g. :func:`isingattn.sharding.data_mesh`; None: one
-    device) splits the **chains** axis over all the mesh's devices: a chain's ``R`` replicas
-    stay on one device, so the sweeps and the swaps (always between replicas of one chain)
-    need no communication; only the ladder adaptation's mean over chains and the results
-    are gathered. ``num_chains`` must be a multiple of the device count (else
-    ``IsingInputError``); the replica axis is not split (with a few replicas per device,
-    every swap round would cross devices). The noise is drawn for the global arrays, the
-    same whatever the sharding, so a sharded run gives the unsharded run's samples,
-    marginals, swap rates and ladder bit for bit (float64, tested on 4 CPU devices) as long
-    as XLA rounds the energies' sums over a device's share of the chains as over all of
-    them: measured, dense ``n ≤ 64`` yes; dense ``n ≥ 128`` and a sparse 20×20 torus give
-    the same samples but energies (so swap rates, ladder, log Z) that differ in the last
-    bits. The same holds across processes after
-    ``jax.distributed.initialize(...)`` with a mesh over ``jax.devices()`` (tested: two processes
-    on localhost, CPU collectives through gloo; DESIGN.md §3, "Samplers that mix where Gibbs freezes").
-    The result arrays are replicated on the mesh's devices.
+    ``mesh`` (a ``jax.sharding.Mesh``; None: one device) splits the **chains** axis over the
+    mesh's devices (``num_chains`` a multiple of their count, else ``IsingInputError``): a
+    chain's replicas and swaps stay on one device. The noise is drawn for the global arrays,
+    so samples equal the unsharded run's; energies, swap rates, ladder and log Z may differ in
+    the last bits at larger n (:func:`run_tempering`; DESIGN.md §3, "Samplers that mix where
+    Gibbs freezes", also for two processes under ``jax.distributed``).
 
     The defaults (16 replicas, 2000 warmup and 16000 sampling steps, 4 chains) are sized
     for issue 29's 8×24 ±J strip at β = 2 (every marginal within 0.08 of exact); a larger
