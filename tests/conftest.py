@@ -61,11 +61,19 @@ def pytest_unconfigure(config):
 _SLOW_CASES = pathlib.Path(__file__).with_name("slow_cases.txt")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect anything
 def pytest_collection_modifyitems(config, items):
     listed = {line.split("#")[0].strip() for line in _SLOW_CASES.read_text().splitlines()} - {""}
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
+    # A whole-suite collection must find every listed case: a renamed test or an edited README
+    # block would otherwise drop out of the list silently and run in the quick loop.
+    whole = [str(pathlib.Path(a).resolve()) for a in config.args] in ([], [str(pathlib.Path(config.rootpath, "tests"))])
+    stale = sorted(listed - {item.nodeid for item in items})
+    if whole and stale:
+        raise pytest.UsageError(f"tests/slow_cases.txt names {len(stale)} case(s) that no longer exist: "
+                                + ", ".join(stale[:5]) + (" …" if len(stale) > 5 else ""))
 
 
 @pytest.fixture(autouse=True, scope="module")

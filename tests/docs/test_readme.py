@@ -81,7 +81,16 @@ def test_readme_has_the_checked_blocks():
         assert sum(marker in code for _, code in blocks) == 1, f"no single README python block contains {marker!r}"
 
 
-@pytest.mark.parametrize("line,code", _python_blocks(), ids=[f"README.md:{line}" for line, _ in _python_blocks()])
+def _block_id(code: str) -> str:
+    """A block's test id: a hash of its code, so that prose edits around it keep the id (which
+    tests/slow_cases.txt may name) and an edit of the block itself changes it (conftest.py then
+    refuses a stale id in that list instead of silently running the block in the quick loop)."""
+    import hashlib
+
+    return "README.md:" + hashlib.sha1(code.encode()).hexdigest()[:8]
+
+
+@pytest.mark.parametrize("line,code", _python_blocks(), ids=[_block_id(code) for _, code in _python_blocks()])
 def test_readme_python_block_runs(line, code):
     ns: dict = {"__name__": "__readme__"}
     exec(compile("\n" * (line - 1) + code, str(ROOT / "README.md"), "exec"), ns)
