@@ -147,6 +147,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         rows.append(row)
     result = Comparison(rows, ref, ref_name)
     result.reference_log_z = ref_lz
+    result.n, result.beta = model.n, float(model.beta)  # for a plot's title
     return result
 
 
@@ -184,24 +185,72 @@ def format_table(rows: Sequence[dict], markdown: bool = True) -> str:
     return "\n".join([fmt_row(table[0]), "  ".join("-" * x for x in w)] + [fmt_row(r) for r in table[1:]])
 
 
-def plot_comparison(rows: Sequence[dict], reference_mean, path: Optional[str] = None):
-    """Two panels: each engine's marginals against the reference, and error against time."""
+EXACT_ERR = 1e-12  # a max error at or below this is an exact engine's (0, or float rounding)
+
+
+def _label_points(ax, xy, texts, colors):
+    """Write ``texts`` beside the points ``xy`` (data coordinates), each at the first of a few offsets where
+    it overlaps no label placed before it and no point: no label hides another."""
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    pts = ax.transData.transform(np.asarray(xy, float))
+    taken = [Bbox([[x - 5, y - 5], [x + 5, y + 5]]) for x, y in pts]  # the markers
+    offsets = [(6, 4), (6, -12), (-6, 4), (-6, -12), (6, 14), (6, -22), (-6, 14), (-6, -22), (6, 24), (-6, 24)]
+    for (x, y), text, color in zip(xy, texts, colors):
+        for dx, dy in offsets:
+            t = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=8, color=color,
+                            ha="left" if dx > 0 else "right", annotation_clip=False)
+            box = t.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(b) for b in taken) and ax.bbox.contains(*box.min) and ax.bbox.contains(*box.max):
+                taken.append(box)
+                break
+            t.remove()  # overlaps: the next offset (none free: the legend still names the engine)
+
+
+def plot_comparison(rows: Sequence[dict], reference_mean, path: Optional[str] = None, title: Optional[str] = None):
+    """Two panels: each engine's marginals against the reference, and its max error against time.
+
+    An engine with no error (Exact against itself; at most ``EXACT_ERR``, float rounding) cannot sit on a log
+    axis: it is drawn as a star on the axis floor, labelled "(0)", and the floor is set from the other
+    engines' errors. ``title`` defaults to n and β (from a :class:`Comparison`, or n from the marginals)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.6))
     ref = np.asarray(reference_mean)
+    ref_name = getattr(rows, "reference_name", "exact")
     a.plot([-1, 1], [-1, 1], "k:", lw=1)
+    markers = "o^sDvP<>hX"
+    look = {r["engine"]: (f"C{i % 10}", markers[i % len(markers)]) for i, r in enumerate(rows)}
+    errs = [r["max_err"] for r in rows if r["max_err"] > EXACT_ERR]
+    lo = 10 ** math.floor(math.log10(min(errs))) / 2 if errs else 1e-3
+    hi = 10 ** math.ceil(math.log10(max(errs))) if errs else 1.0
+    xy, texts, colors = [], [], []
     for r in rows:
-        a.scatter(ref, r["mean"], s=14, label=r["engine"])
-        b.scatter(r["wall_s"], max(r["max_err"], 1e-16), s=30)
-        b.annotate(r["engine"], (r["wall_s"], max(r["max_err"], 1e-16)), fontsize=8)
-    a.set(xlabel="reference ⟨s_j⟩", ylabel="engine ⟨s_j⟩", title="marginals")
+        color, marker = look[r["engine"]]
+        a.scatter(ref, r["mean"], s=16, color=color, marker=marker, label=r["engine"])
+        exact = r["max_err"] <= EXACT_ERR
+        y = lo if exact else r["max_err"]
+        b.scatter(r["wall_s"], y, s=120 if exact else 40, color=color, marker="*" if exact else marker,
+                  clip_on=False, zorder=3)
+        xy.append((r["wall_s"], y))
+        texts.append(f"{r['engine']} ({'0' if r['max_err'] == 0 else '< 1e-12'})" if exact else r["engine"])
+        colors.append(color)
+    a.set(xlabel=f"reference ⟨s_j⟩ ({ref_name})", ylabel="engine ⟨s_j⟩", title="marginals")
     a.legend(fontsize=8)
-    b.set(xscale="log", yscale="log", xlabel="wall time after compile (s)", ylabel="max |Δm|", title="error vs time")
+    b.set(xscale="log", yscale="log", ylim=(lo, hi), xlabel="wall time after compile (s)",
+          ylabel=f"max |Δ⟨s_j⟩| against {ref_name}", title="error vs time (★ on the floor: no error)")
+    if title is None:
+        n, beta = getattr(rows, "n", len(ref)), getattr(rows, "beta", None)
+        title = f"engines on n = {n} spins" + ("" if beta is None else f", β = {beta:g}")
+    fig.suptitle(title)
     fig.tight_layout()
+    _label_points(b, xy, texts, colors)  # after the layout: the axes no longer move
     if path:
         atomic.savefig(fig, path, dpi=120)
     return fig

@@ -183,3 +183,30 @@ def test_cli_compare_scores_log_z_against_kaufman(capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("exact "))
     # the CLI's lattice couplings are float32: Exact's log Z (≈ 25) agrees to float32 precision
     assert any(abs(float(x)) < 1e-4 for x in line.split() if x.startswith(("+", "-")) and "e" in x), line
+
+
+def test_plot_draws_zero_error_on_the_floor_and_names_n_and_beta(tmp_path):
+    """Exact's zero error is a star on the axis floor labelled "(0)", not a point at 1e-16 that stretches the
+    axis over 15 decades; the title gives n and β; no two labels overlap."""
+    import matplotlib.pyplot as plt
+
+    from isingattn.compare import Comparison, plot_comparison
+    from isingattn.marginals import Marginals
+
+    ref = np.linspace(-0.9, 0.9, 6)
+    near = [("exact", 0.0, 4e-4), ("tap", 0.059, 1.6e-4), ("bp", 0.045, 1.3e-4), ("gibbs", 0.033, 3.5e-3)]
+    rows = Comparison([{"engine": e, "max_err": err, "wall_s": t, "mean": ref + err} for e, err, t in near],
+                      Marginals(mean=ref), "exact")
+    rows.n, rows.beta = 6, 0.75
+    fig = plot_comparison(rows, ref, str(tmp_path / "c.png"))
+    b = fig.axes[1]
+    lo, hi = b.get_ylim()
+    assert 1e-3 <= lo < 0.033 and hi >= 0.059  # a floor one decade at most below the smallest error
+    assert "n = 6" in fig._suptitle.get_text() and "β = 0.75" in fig._suptitle.get_text()
+    texts = [t for t in b.texts]
+    assert sorted(t.get_text() for t in texts) == ["bp", "exact (0)", "gibbs", "tap"]
+    r = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(r) for t in texts]
+    assert not any(boxes[i].overlaps(boxes[j]) for i in range(len(boxes)) for j in range(i))
+    plt.close(fig)
+    assert (tmp_path / "c.png").stat().st_size > 0
