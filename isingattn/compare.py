@@ -57,7 +57,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     TreeDecompositionSampler (low treewidth: trees, strips), else the engine given (a
     registry name or an engine, e.g. a long Gibbs run, whose ``info["mcse"]`` then says
     how precise the errors are). ``progress`` prints a line per engine to stderr. Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
-    ``corr_err`` (max off-diagonal |Δ⟨s_j s_k⟩|, when the engine reports ``corr``),
+    ``corr_err`` (max off-diagonal ``|Δ⟨s_j s_k⟩|``, when the engine reports ``corr``),
     ``kl`` (KL(empirical ‖ exact) of the sample distribution, samplers with n ≤ 16) and
     ``kl_floor`` (the same for as many exact draws: the finite-sample bias to compare with),
     ``ess`` (min over spins, when reported), ``wall_s`` (after compile) and

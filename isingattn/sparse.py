@@ -128,7 +128,7 @@ class CouplingGraph:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the structure (edges and the derived tables): O(n + E)."""
+        """Bytes held by the structure (the edges and the derived tables), O(n + E)."""
         return sum(a.nbytes for a in (self.edges, self.degree, self.nbr, self.slot, self.rev))
 
     def __hash__(self):

@@ -27,6 +27,7 @@ def beta_kwargs(sampler, beta: float) -> Optional[dict]:
       Metropolis, a Boltzmann sampler once ``num_sweeps`` mixes.
     * openjij ``SASampler``-like (``beta_min``/``beta_max``): both set to β.
     * a sampler with a ``beta`` parameter (e.g. ``TreeDecompositionSampler``): ``beta=β``.
+
     Returns None when the sampler has no temperature (optimizers, a QPU): its samples
     then follow whatever distribution it produces, not ``exp(-βE)``.
     """

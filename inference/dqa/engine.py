@@ -278,7 +278,7 @@ class DQA(Engine):
     ``scale_h``, ``scale_J`` (programmed ``h' = scale_h·h``, ``J' = scale_J·J``), ``kappa``,
     ``beta_E_max``, ``calibrated`` (module docstring), ``pl_converged``, ``representable``
     (programmed ``|h'|``, ``|J'|`` below the aliasing bound); for ``n ≤ kl_max_n``: ``kl`` =
-    KL(Boltzmann_β ‖ |ψ|²), ``kl_reverse`` = KL(|ψ|² ‖ Boltzmann_β), computed from the exact
+    ``KL(Boltzmann_β ‖ |ψ|²)``, ``kl_reverse`` = ``KL(|ψ|² ‖ Boltzmann_β)``, computed from the exact
     ``|ψ|²`` (not from the shots), and ``kl_uniform`` = KL(Boltzmann_β ‖ uniform), the value
     for a sampler that ignores the model.
 

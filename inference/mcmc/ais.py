@@ -79,7 +79,7 @@ def anneal(key, h, J, beta, active, shape, fractions, *, num_chains: int, sweeps
     """Anneal ``num_chains`` chains from β = 0 to ``beta`` through ``beta · fractions``.
 
     Args:
-        h ``[*batch, n]``, J ``[*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
+        h, J: ``h [*batch, n]``, ``J [*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
         active ``[*batch, n]`` bool or None; shape ``(*batch, n)``; fractions ``[K]``
         increasing in (0, 1], the last 1.
     Returns:

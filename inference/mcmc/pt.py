@@ -119,7 +119,7 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
     step records (ladder statistics, draws, stepping-stone terms) is selected by its index.
 
     Args:
-        h ``[*batch, n]``, J ``[*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
+        h, J: ``h [*batch, n]``, ``J [*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
         beta: scalar (traced ok); active ``[*batch, n]`` bool or None; shape ``(*batch, n)``;
         ladder: None (adapt) or ``R`` fractions of β, decreasing from 1.
         mesh: None, or a ``jax.sharding.Mesh`` whose device count divides ``num_chains``:
@@ -312,7 +312,7 @@ class ParallelTempering(ColouredSweep):
       difference: a spin that never changed in any draw is not ``frozen`` (R-hat 1, MCSE 0)
       when the hot end is β = 0 and every chain completed at least ``MIN_ROUND_TRIPS`` round
       trips, since each trip brought down a state drawn afresh at β = 0 (a spin of a glass
-      frozen into its ground state: |⟨s⟩| > 0.999 on the strips of the tests).
+      frozen into its ground state: ``|⟨s⟩| > 0.999`` on the strips of the tests).
 
     ``mesh`` (a ``jax.sharding.Mesh``; None: one device) splits the **chains** axis over the
     mesh's devices (``num_chains`` a multiple of their count, else ``IsingInputError``): a

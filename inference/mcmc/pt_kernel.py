@@ -44,11 +44,11 @@ NONE, COLD, HOT = 0, 1, 2  # last_end: the end of the ladder a state visited las
 class PTState(NamedTuple):
     """State of a batch of tempered chains.
 
-    spins: ``[R, ..., n]`` in {-1, +1} (0: an inactive spin, never changed); replica ``r``
-        samples at ``betas[r]``.
-    energy: ``[R, ...]``, the energy of each replica's spins.
-    last_end: ``[R, ...]`` int32, the ladder end (``COLD``, ``HOT`` or ``NONE``) the state in
-        that slot visited last; swapped along with the spins.
+    * spins: ``[R, ..., n]`` in {-1, +1} (0: an inactive spin, never changed); replica ``r``
+      samples at ``betas[r]``.
+    * energy: ``[R, ...]``, the energy of each replica's spins.
+    * last_end: ``[R, ...]`` int32, the ladder end (``COLD``, ``HOT`` or ``NONE``) the state in
+      that slot visited last; swapped along with the spins.
     """
 
     spins: jax.Array
@@ -59,11 +59,11 @@ class PTState(NamedTuple):
 class PTInfo(NamedTuple):
     """Diagnostics of one step.
 
-    accept_prob: ``[R-1, ...]``, ``min(1, exp((β_i - β_{i+1})(E_i - E_{i+1})))`` of every
-        adjacent pair after the sweep, whether or not the pair was proposed this step (its
-        mean is the swap rate; ``1 -`` it, the rejection rate the ladder adapts on).
-    swapped: ``[R-1, ...]`` bool, the pairs that swapped.
-    round_trips: ``[...]`` int32, 1 where a state completed a cold → hot → cold trip.
+    * accept_prob: ``[R-1, ...]``, ``min(1, exp((β_i - β_{i+1})(E_i - E_{i+1})))`` of every
+      adjacent pair after the sweep, whether or not the pair was proposed this step (its
+      mean is the swap rate; ``1 -`` it, the rejection rate the ladder adapts on).
+    * swapped: ``[R-1, ...]`` bool, the pairs that swapped.
+    * round_trips: ``[...]`` int32, 1 where a state completed a cold → hot → cold trip.
     """
 
     accept_prob: jax.Array
@@ -135,7 +135,7 @@ def pt_step(key, state: PTState, h, J, betas, parity, classes: Optional[Sequence
     Args:
         key: PRNG key (one for the whole batch).
         state: :class:`PTState` with spins ``[R, ..., n]``.
-        h ``[..., n]``, J ``[..., n, n]`` or :class:`~isingattn.sparse.SparseCouplings`:
+        h, J: ``h [..., n]``, ``J [..., n, n]`` or :class:`~isingattn.sparse.SparseCouplings`:
             broadcast against one replica's spins ``[..., n]``.
         betas: ``[R]`` (decreasing, ``β ≥ 0``) or ``[R, ...]`` broadcast against
             ``state.energy``.

@@ -117,11 +117,11 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
         key: PRNG key. Every read, replica and spin draws its own uniforms from
             ``fold_in(key, sweep)`` (disjoint positions of the stream), so reads are
             independent and the result is a pure function of the key.
-        h ``[..., n]``, J ``[..., n, n]`` (symmetric, zero diagonal) or a
+        h, J: ``h [..., n]``, ``J [..., n, n]`` (symmetric, zero diagonal) or a
             :class:`~isingattn.sparse.SparseCouplings`: broadcast batch of models; beta: scalar.
         classes: static colour classes of the sweep (:func:`sqa_sweep`); None: the
             systematic scan (dense J only).
-        Other arguments: see :class:`SQA`.
+        others: see :class:`SQA`.
 
     Returns:
         ``samples [..., num_reads, n]`` (dtype of h) and an info dict of ``[...]`` arrays:
@@ -223,7 +223,7 @@ class SQA(ColouredSweep):
         rao_blackwell: report the mean of ``tanh(β(h + J s))`` over the reads instead of
             the mean of ``s`` (:mod:`isingattn.fluctuation`; thermal mode; recommended for
             training attention).
-        schedule, colors: the order of a sweep, as in :class:`~isingattn.inference.Gibbs`:
+        schedule, colors: the order of a sweep, as in :class:`~isingattn.inference.mcmc.Gibbs`:
             ``"systematic"`` (spins ``0..n-1``, blocked GEMMs for dense J) or ``"colored"``
             (the classes of a proper colouring, each moved at once). Sparse couplings
             always sweep by classes (O(E) per sweep).

@@ -74,12 +74,12 @@ class SwendsenWangState(NamedTuple):
 class SwendsenWangInfo(NamedTuple):
     """Diagnostics of one move.
 
-    flip_rate: ``[...]``, the fraction of active spins that changed sign (about ½ when the
-        clusters are small and free; near 0 when one cluster bonded to a strong field
-        holds almost every spin).
-    num_clusters: ``[...]`` int32, clusters among the active spins, the ghost's included
-        when it has any spin.
-    rounds: ``[]`` int32, the labelling rounds this move took (for the whole batch).
+    * flip_rate: ``[...]``, the fraction of active spins that changed sign (about ½ when the
+      clusters are small and free; near 0 when one cluster bonded to a strong field
+      holds almost every spin).
+    * num_clusters: ``[...]`` int32, clusters among the active spins, the ghost's included
+      when it has any spin.
+    * rounds: ``[]`` int32, the labelling rounds this move took (for the whole batch).
     """
 
     flip_rate: jax.Array

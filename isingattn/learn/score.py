@@ -35,13 +35,13 @@ __all__ = ["LogLikelihood", "conditional_log_probs", "spin_log_conditionals", "l
 class LogLikelihood(NamedTuple):
     """The result of :func:`log_likelihood`.
 
-    value: the (weighted) mean of ``log p(s)`` over the samples, ``[]``, or ``[S]`` per sample.
-    log_z: the ``log Z`` used, ``[]``.
-    log_z_se: its standard error (0 when exact).
-    kind: ``info["log_z_kind"]`` of the engine: ``"exact"``, ``"estimate"``, ...
-    sample_se: the standard error of the mean over the samples (their spread / ``sqrt(S)``;
-        with weights, ``sqrt(Σ p² (x - mean)²)``), ``[]``.
-    engine: the engine's class name.
+    * value: the (weighted) mean of ``log p(s)`` over the samples, ``[]``, or ``[S]`` per sample.
+    * log_z: the ``log Z`` used, ``[]``.
+    * log_z_se: its standard error (0 when exact).
+    * kind: ``info["log_z_kind"]`` of the engine: ``"exact"``, ``"estimate"``, ...
+    * sample_se: the standard error of the mean over the samples (their spread / ``sqrt(S)``;
+      with weights, ``sqrt(Σ p² (x - mean)²)``), ``[]``.
+    * engine: the engine's class name.
     """
 
     value: jax.Array
