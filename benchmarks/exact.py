@@ -186,7 +186,9 @@ def run_anchor(name: str, fn, h, J, k: int):
     fn(warm, 4)
     it = range(k)
     if tqdm is not None:
-        it = tqdm(it, desc=f"  {name} n={n}", file=sys.stderr, leave=False)
+        from isingattn.progress import disabled  # a bar on a terminal only (never cursor codes in a log)
+
+        it = tqdm(it, desc=f"  {name} n={n}", file=sys.stderr, leave=False, disable=disabled())
     out, total = [], 0.0
     for q in it:
         bqm = IsingModel(h[q], J).to_bqm()  # export not timed

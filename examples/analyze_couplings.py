@@ -1,11 +1,12 @@
 """What the couplings learned: graph analysis of J with networkx.
 
 With a trained checkpoint, the J of its first head (in layer --layer, 0 by default: the
-first); without one, a toy J with the structure the paper reports (ferromagnetic at
+first; the model-hJ-s0.npz files under results/reproduce/ are committed, a training run writes
+ckpt-<variant>-s<seed>.npz); without one, a toy J with the structure the paper reports (ferromagnetic at
 distances 2-4, antiferromagnetic at 6+). The figure goes to runs/examples/couplings.png unless --plot says otherwise.
 
     python examples/analyze_couplings.py
-    python examples/analyze_couplings.py --checkpoint results/reproduce/shakespeare/T12/ckpt-hJ-s0.npz
+    python examples/analyze_couplings.py --checkpoint results/reproduce/shakespeare/T12/model-hJ-s0.npz
 """
 
 import argparse
@@ -13,6 +14,7 @@ import argparse
 import numpy as np
 
 from isingattn import analysis
+from isingattn.models.app.cli_errors import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--checkpoint", default=None)
@@ -24,7 +26,8 @@ args = p.parse_args()
 if args.checkpoint:
     from isingattn.models.saved import load_transformer
 
-    model, _ = load_transformer(args.checkpoint)
+    with one_line_errors("analyze_couplings.py"):  # a missing or foreign checkpoint: one line, exit status 2
+        model, _ = load_transformer(args.checkpoint)
     if not 0 <= args.layer < model.config.n_layers:
         L = model.config.n_layers
         p.error(f"--layer {args.layer}: the checkpoint has {L} layer(s); use --layer 0..{L - 1}")
@@ -45,5 +48,6 @@ print("strongest positions", sorted(s["strength"], key=s["strength"].get, revers
 G = analysis.coupling_graph(J, args.threshold)
 print(f"coupling graph: {G.number_of_nodes()} nodes, {G.number_of_edges()} edges")
 if args.plot:
-    analysis.plot_couplings(J, args.plot, threshold=args.threshold)
+    with one_line_errors("analyze_couplings.py"):
+        analysis.plot_couplings(J, args.plot, threshold=args.threshold)
     print(f"wrote {args.plot}")

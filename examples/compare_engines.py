@@ -12,6 +12,7 @@ import numpy as np
 from isingattn import IsingModel, inference
 from isingattn.compare import compare, format_table, plot_comparison
 from isingattn.instances import random_model
+from isingattn.models.app.cli_errors import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--n", type=int, default=12)
@@ -23,8 +24,9 @@ args = p.parse_args()
 
 h, J = random_model(np.random.default_rng(0), args.n, graph=args.graph)
 model = IsingModel(h, J, beta=args.beta)
-engines = {name: inference.get(name) for name in args.engines.split(",")}
-rows = compare(model, engines, key=jax.random.PRNGKey(0))
+with one_line_errors("compare_engines.py"):  # an unknown engine, one too small for --n: one line, exit status 2
+    engines = {name: inference.get(name) for name in args.engines.split(",")}
+    rows = compare(model, engines, key=jax.random.PRNGKey(0))
 print(f"{args.graph} n={args.n} beta={args.beta}\n")
 print(format_table(rows, markdown=False))
 if args.plot:

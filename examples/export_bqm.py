@@ -7,7 +7,7 @@ openjij or a D-Wave sampler. Sample marginals are checked against exact ones.
 The file goes to runs/examples/model.bqm unless --out says otherwise.
 
     python examples/export_bqm.py                                   # random n=10 model
-    python examples/export_bqm.py --checkpoint runs/shakespeare-T12/ckpt-hJ-s0.npz --text "ROMEO: What" --query 9
+    python examples/export_bqm.py --checkpoint results/reproduce/shakespeare/T12/model-hJ-s0.npz --text "ROMEO: What" --query 9
 """
 
 import argparse
@@ -19,6 +19,7 @@ from isingattn import IsingModel, atomic
 from isingattn.inference.dimod import SQASampler
 from isingattn.inference.exact import Exact
 from isingattn.instances import random_model
+from isingattn.models.app.cli_errors import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--checkpoint", default=None)
@@ -33,15 +34,16 @@ if args.checkpoint:
     from isingattn.models.query_model import query_model
     from isingattn.models.saved import load_transformer
 
-    trained, meta = load_transformer(args.checkpoint)
-    model = query_model(trained, meta, args.text, args.query)
+    with one_line_errors("export_bqm.py"):  # a missing checkpoint, a character outside its vocabulary: one line
+        trained, meta = load_transformer(args.checkpoint)
+        model = query_model(trained, meta, args.text, args.query)
 else:
     h, J = random_model(np.random.default_rng(0), args.n)
     model = IsingModel(h, J, beta=1.0)
 
 bqm = model.to_bqm()  # linear = -h, quadratic = -J: bqm.energy(s) == E(s); beta is the sampler's
-with bqm.to_file() as src, atomic.writing(args.out, "wb") as f:  # atomic: never a half-written file
-    f.write(src.read())
+with one_line_errors("export_bqm.py"), bqm.to_file() as src, atomic.writing(args.out, "wb") as f:
+    f.write(src.read())  # atomic: never a half-written file
 with open(args.out, "rb") as f:
     loaded = dimod.BinaryQuadraticModel.from_file(f)
 print(f"wrote {args.out}: {len(loaded.variables)} spins, {len(loaded.quadratic)} couplings")

@@ -9,7 +9,7 @@ Reads with broken chains are discarded and counted.
 
 On real hardware (pip install "isingattn[qpu]", a Leap token set up with ``dwave setup``):
 
-    isingattn export-bqm runs/shakespeare-T12/ckpt-hJ-s0.npz --text "ROMEO: What" --query 9 --out q9.bqm
+    isingattn export-bqm results/reproduce/shakespeare/T12/model-hJ-s0.npz --text "ROMEO: What" --query 9 --out q9.bqm
     python examples/qpu_attention_query.py --bqm q9.bqm --beta <the beta export-bqm printed>
 
 Without a QPU (``--mock``): dwave-system's MockDWaveSampler on a Pegasus graph, its sampler
@@ -30,6 +30,7 @@ from isingattn.inference.exact import Exact
 
 from isingattn import IsingModel
 from isingattn.instances import random_model
+from isingattn.models.app.cli_errors import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--bqm", default=None, help="a BQM file from isingattn export-bqm (default: a random dense model)")
@@ -42,7 +43,7 @@ p.add_argument("--seed", type=int, default=0)
 args = p.parse_args()
 
 if args.bqm:
-    with open(args.bqm, "rb") as f:
+    with one_line_errors("qpu_attention_query.py"), open(args.bqm, "rb") as f:  # a missing file: one line
         model = IsingModel.from_bqm(dimod.BinaryQuadraticModel.from_file(f), beta=args.beta, sparse=False)
 else:
     h, J = random_model(np.random.default_rng(args.seed), args.n, h_scale=0.5, J_scale=0.4)

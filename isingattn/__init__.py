@@ -22,7 +22,20 @@ from isingattn.model import IsingModel
 
 __all__ = ["IsingModel", "Marginals", "boltzmann_attention", "inference", "IsingInputError", "IsingTypeError",
            "TooManySpinsError", "IsingDistribution"]
-__version__ = "0.1.0"
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's ``version``); without package
+    metadata (the source tree on ``sys.path``, not installed) ``0+unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("isingattn")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
 
 
 def __getattr__(name):

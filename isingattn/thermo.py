@@ -118,9 +118,9 @@ def scan(model: IsingModel, engine, betas: Sequence[float], *, key: Optional[jax
     n = model.n if act is None else int(np.sum(np.asarray(act)))
     rows = {q: np.full(len(betas), np.nan) for q in QUANTITIES}
     ses = {q: np.full(len(betas), np.nan) for q in QUANTITIES}
-    from tqdm.auto import tqdm
+    from isingattn.progress import bar
 
-    for i, b in enumerate(tqdm(betas, desc=f"thermo.scan {type(engine).__name__}", disable=not progress)):
+    for i, b in enumerate(bar(betas, desc=f"thermo.scan {type(engine).__name__}", progress=progress)):
         k = None if key is None else jax.random.fold_in(key, i)
         out = engine.marginals(_at(model, b), key=k)
         if out.log_z is not None:

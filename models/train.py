@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from tqdm.auto import tqdm
 
 from isingattn import atomic
+from isingattn.progress import bar as progress_bar
 
 from isingattn.models import checkpoint
 from isingattn import validate as V
@@ -227,7 +227,7 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     t0 = time.perf_counter()
     rec = None
     losses = []  # (step, loss) since the last evaluation, checked there
-    bar = tqdm(range(start, tc.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
+    bar = progress_bar(range(start, tc.steps), desc=desc, progress=progress, leave=False, mininterval=1.0)
     with _quiet_model_checks():
         for i in bar:
             if stop_after is not None and i >= stop_after:
@@ -314,7 +314,7 @@ def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds:
                 saved[seed, variant] = check_resumable(ckpt(variant, seed), spec)
     os.makedirs(out_dir, exist_ok=True)
     results: dict[str, dict[int, float]] = {v: {} for v in variants}
-    outer = tqdm(runs, desc="runs", disable=not progress)
+    outer = progress_bar(runs, desc="runs", progress=progress)
     for seed, variant in outer:
         outer.set_postfix(seed=seed, variant=variant)
         done = saved.get((seed, variant))

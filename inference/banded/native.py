@@ -10,7 +10,7 @@ Where it runs: the default backend is the CPU, the source compiles (a C++17 comp
 ``c++``, and jaxlib's FFI headers) and ``ISINGATTN_NATIVE`` is not ``0``. Otherwise the blocked XLA
 path runs (on an accelerator always), with one warning if compiling failed. The library is built
 once per source, compiler, CPU and jax version into ``$ISINGATTN_CACHE`` (default
-``~/.cache/isingattn``), written atomically.
+``~/.cache/isingattn``), written atomically; while it builds (about 10 s) one line on stderr says so.
 
 Differentiation: reverse mode once (``jax.grad``, ``jax.vjp``). The kernel's VJP is itself an FFI call
 without a derivative, so a gradient of a gradient raises on a CPU; ``ISINGATTN_NATIVE=0`` runs the XLA
@@ -25,7 +25,9 @@ import hashlib
 import os
 import platform
 import subprocess
+import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -61,6 +63,19 @@ def _build(so: Path, cxx: str) -> None:
             os.unlink(tmp)
 
 
+def _build_saying_so(so: Path, cxx: str) -> None:
+    """:func:`_build`, with one line on stderr: the first use on a machine waits for the compiler."""
+    print(f"isingattn: compiling the native Banded kernel (first use with this compiler, CPU and jax; about 10 s) "
+          f"into {so.parent} ...", end="", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try:
+        _build(so, cxx)
+    except BaseException:
+        print(" failed", file=sys.stderr, flush=True)
+        raise
+    print(f" done ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+
+
 @functools.lru_cache(maxsize=None)
 def _library():
     """Build (if needed), load and register the kernels; None where that is not possible."""
@@ -75,7 +90,7 @@ def _library():
         cache = Path(os.environ.get("ISINGATTN_CACHE", Path.home() / ".cache" / "isingattn"))
         so = cache / "native" / f"banded_native-{key}.so"
         if not so.exists():
-            _build(so, cxx)
+            _build_saying_so(so, cxx)
         lib = ctypes.cdll.LoadLibrary(str(so))
         for name in ("fwd_f32", "fwd_f64", "bwd_f32", "bwd_f64"):
             fn = getattr(lib, f"isingattn_banded_{name}")

@@ -95,7 +95,7 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
         dtype: float32 or float64 (default: JAX's default float).
         sparse: whether the model's ``J`` is a SparseCouplings (default: when a graph is
             given, ``n ≥ 64`` and at most 10% of the pairs are coupled).
-        progress: tqdm bars (None: on a terminal only).
+        progress: tqdm bars (True or None: on a terminal only; False: never).
         check_moments: compute the fitted model's exact moment error after a plm, pcd, mf or
             tap fit (``info["moment_error"]``; exact ML has it anyway). None: where an exact
             engine costs at most ``2^20`` terms (it adds that engine's compilation, about

@@ -166,21 +166,20 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
         args: a pytree of arrays passed to ``fg``.
         tol: stop when the pseudo-gradient's largest entry is at most ``tol``.
         l1_mask: ``[P]`` 1 where the L1 term applies (default: everywhere).
-        progress: tqdm bar (None: only on a terminal; False: never).
+        progress: tqdm bar (True or None: only on a terminal; False: never; :mod:`isingattn.progress`).
     Returns:
         ``(x [P], g [P], info)``: the point and the smooth part's gradient there (numpy), and ``iterations``, ``evaluations``, ``grad_norm``, ``objective`` and
         ``converged`` (host values) and ``status`` (``"converged"``, ``"max_iter"`` or
         ``"stalled"``: the line search found no decrease).
     """
-    from tqdm.auto import tqdm
+    from isingattn.progress import bar as progress_bar
 
     x0 = np.asarray(x0)
     dt = x0.dtype
     mask = np.ones_like(x0) if l1_mask is None else np.asarray(l1_mask, dt)
     l1_a, tol_a, it_max = np.asarray(l1, dt), np.asarray(tol, dt), np.asarray(max_iter, np.int32)
     state = init_state(x0, memory)
-    bar = tqdm(total=max_iter, desc=desc, disable=(None if progress is None else not progress), leave=False,
-               mininterval=1.0)
+    bar = progress_bar(total=max_iter, desc=desc, progress=progress, leave=False, mininterval=1.0)
     done = 0
     try:
         while True:

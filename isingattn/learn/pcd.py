@@ -166,8 +166,7 @@ def fit_pcd(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     ``average`` (the fraction of final steps averaged), ``num_replicas`` and ``hot`` (PT's
     ladder: ``β`` down to ``hot·β``), ``init`` (``[n + E]`` starting parameters; default the
     independent-spin fit), ``chunk`` (steps per jitted call)."""
-    from tqdm.auto import tqdm
-
+    from isingattn.progress import bar as progress_bar
     from isingattn.prng import check_key
 
     o = 'fit(method="pcd")'
@@ -206,8 +205,7 @@ def fit_pcd(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     betas = (beta * np.geomspace(1.0, hot, num_replicas) if sampler == "pt" else np.asarray([beta])).astype(dt)
     args = (data.mean.astype(dt), data.pair.astype(dt), i, j, b, betas, np.asarray(l1, dt), np.asarray(l2, dt), mask)
     k_run = jax.random.fold_in(key, 1)
-    bar = tqdm(total=num_steps, desc=f"fit pcd ({sampler})", disable=(None if progress is None else not progress),
-               leave=False, mininterval=1.0)
+    bar = progress_bar(total=num_steps, desc=f"fit pcd ({sampler})", progress=progress, leave=False, mininterval=1.0)
     try:
         for t0 in range(0, num_steps, cfg.chunk):
             state = _chunk_jit(cfg, state, np.int32(t0), k_run, args)

@@ -43,6 +43,16 @@ def logged_seconds(folder: str, runs: set) -> float:
     return sum(last.values()) if last else math.nan
 
 
+def wall_seconds(folder: str, runs: set) -> float:
+    """A cell's training time as its report shows it (and ``reproduce`` prints it, a resumed cell too):
+    the larger of ``wall_time.json`` (summed over the processes that trained the cell) and
+    :func:`logged_seconds` of ``runs`` ``{(variant, seed)}``; both are lower bounds. nan without either."""
+    wt = os.path.join(folder, "wall_time.json")
+    known = [x for x in (json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
+                         logged_seconds(folder, runs)) if not math.isnan(x)]
+    return max(known) if known else math.nan
+
+
 def load_cells(root: str) -> list[dict]:
     cells = []
     for path in sorted(glob.glob(os.path.join(root, "*", "*", "cell.json"))):
@@ -53,10 +63,7 @@ def load_cells(root: str) -> list[dict]:
         cell["folder"] = folder
         cell["results"] = {v: {int(s): x for s, x in r.items()} for v, r in json.load(
             open(os.path.join(folder, "results.json"))).items()}
-        wt = os.path.join(folder, "wall_time.json")
-        known = [x for x in (json.load(open(wt))["seconds"] if os.path.exists(wt) else math.nan,
-                             logged_seconds(folder, finished(cell))) if not math.isnan(x)]
-        cell["wall_s"] = max(known) if known else math.nan  # both are lower bounds: the larger
+        cell["wall_s"] = wall_seconds(folder, finished(cell))
         cells.append(cell)
     return cells
 

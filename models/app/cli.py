@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import time
 
+import isingattn
 from isingattn.models.app.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
                                       _check_train_args, _check_writable, _engine_from_args, _error, _names,
                                       _nonnegative_float, _nonnegative_int, _positive_float, _positive_int,
@@ -22,8 +24,24 @@ from isingattn.models.app.cli_checkpoints import _analyze, _evaluate, _export_bq
 from isingattn.models.app.cli_fit import add_fit_parser
 
 
+def _summarize(cell, results, out: str, started: float) -> str:
+    """``summary.md`` of a finished cell, titled with its recorded training time, the number its report
+    shows (a resumed cell's runs from earlier processes included); a resumed cell also says how
+    much of it this process spent."""
+    from isingattn.models.app.cells import wall_seconds
+    from isingattn.models.app.experiments import write_summary
+
+    here = time.perf_counter() - started
+    total = wall_seconds(out, {(v, s) for v, r in results.items() for s in r})
+    total = here if math.isnan(total) else round(total, 1)  # rounded as the report rounds it
+    text = write_summary(cell, results, out, total)
+    if total - here >= 1:
+        text += f"\n({here:.0f} s of it in this run; the rest in earlier runs in {out})\n"
+    return text
+
+
 def _train(args) -> int:
-    from isingattn.models.app.experiments import run_cell, write_summary
+    from isingattn.models.app.experiments import run_cell
 
     _check_train_args(args)
     cell = _cell_from_args(args, args.task)
@@ -38,14 +56,14 @@ def _train(args) -> int:
     results = run_cell(cell, out, data_path=getattr(args, "data", None), progress=not args.no_progress,
                        command=_command(args), resume=args.resume, mesh=mesh,
                        restart=args.restart)
-    print("\n" + write_summary(cell, results, out, time.perf_counter() - t0))
+    print("\n" + _summarize(cell, results, out, t0))
     print(f"wrote {out}/summary.md, summary.csv, results.json, metrics.jsonl, ckpt-*.npz")
     return 0
 
 
 def _reproduce(args) -> int:
     _check_reproduce_args(args)
-    from isingattn.models.app.experiments import grid, run_cell, select, write_summary
+    from isingattn.models.app.experiments import grid, run_cell, select
     from isingattn.models.app.grid_report import write_report
     from isingattn.models.shakespeare import HOW_TO_ENABLE, DataUnavailable
 
@@ -68,8 +86,8 @@ def _reproduce(args) -> int:
                 skipped.append(cell.name)
                 print(f"\nskipped {cell.name}: it needs the Tiny Shakespeare corpus", flush=True)
                 continue
-            print("\n" + write_summary(cell, results, out, time.perf_counter() - t0), flush=True)
-    print(write_report(root))
+            print("\n" + _summarize(cell, results, out, t0), flush=True)
+    print(write_report(root, quick=args.quick))
     print(f"wrote {root}/README.md")
     if skipped:
         print(f"skipped {len(skipped)} cell(s) that need the Tiny Shakespeare corpus: {', '.join(skipped)}. "
@@ -213,6 +231,8 @@ def _compare(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     fmt = dict(formatter_class=_HelpFormatter)
     p = _Parser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.", **fmt)
+    p.add_argument("--version", action="version", version=f"isingattn {isingattn.__version__}",
+                   help="print the installed version and exit")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", help="what to do")
     train = sub.add_parser("train", help="train and compare attention variants", **fmt)
     tasks = train.add_subparsers(dest="task", required=True, metavar="TASK", help="the task to train on")
@@ -257,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "control for J as a locality prior; without it none")
         t.add_argument("--out", default=None,
                        help="output folder; without it runs/<task>-T<T> (plus -noffn without the FFN)")
-        t.add_argument("--no-progress", action="store_true", help="no progress bars")
+        t.add_argument("--no-progress", action="store_true",
+                       help="no progress bars (without it, bars are drawn only when stderr is a terminal)")
         t.add_argument("--resume", action="store_true", help="continue unfinished runs in --out from their checkpoints")
         t.add_argument("--restart", action="store_true",
                        help="discard the runs in --out and start over (instead of refusing a folder that holds "
@@ -291,11 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--restart", action="store_true",
                    help="discard the selected cells' runs and retrain them (instead of refusing a cell folder that "
                         "holds another configuration)")
-    r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (without it, bars are drawn only when stderr is a terminal)")
     r.set_defaults(func=_reproduce)
 
     a = sub.add_parser("analyze", help="graph analysis of a trained checkpoint's learned J (networkx)", **fmt)
-    a.add_argument("checkpoint", help="a checkpoint of an hJ or J model (ckpt-<variant>-s<seed>.npz)")
+    a.add_argument("checkpoint", help="a checkpoint of an hJ or J model: ckpt-<variant>-s<seed>.npz from training, "
+                                      "or a committed model-hJ-s0.npz, e.g. "
+                                      "results/reproduce/shakespeare/T12/model-hJ-s0.npz")
     a.add_argument("--layer", type=_nonnegative_int, default=0, help="which layer's J (0: the first)")
     a.add_argument("--threshold", type=_nonnegative_float, default=None,
                    help="edge threshold on |J|; without it 5%% of each head's max |J|")
@@ -306,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("evaluate", help="score a checkpoint on its held-out set, through its own engine or another",
                        **fmt)
-    v.add_argument("checkpoint", help="a checkpoint written by training (ckpt-<variant>-s<seed>.npz or model-*.npz)")
+    v.add_argument("checkpoint", help="a checkpoint: ckpt-<variant>-s<seed>.npz from training, or a committed "
+                                      "model-hJ-s0.npz, e.g. results/reproduce/brackets/T8-noffn/model-hJ-s0.npz")
     v.add_argument("--engine", default=None,
                    help="score through this engine (a registry name, e.g. exact) instead of the saved one; "
                         "without it the engine the model was trained with")
@@ -321,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=_evaluate)
 
     e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file", **fmt)
-    e.add_argument("checkpoint", help="a checkpoint of an hJ, h or J model (ckpt-<variant>-s<seed>.npz)")
+    e.add_argument("checkpoint", help="a checkpoint of an hJ, h or J model: ckpt-<variant>-s<seed>.npz from "
+                                      "training, or a committed model-hJ-s0.npz, e.g. "
+                                      "results/reproduce/shakespeare/T12/model-hJ-s0.npz (with --text \"ROMEO: What\")")
     e.add_argument("--text", required=True, help="input text (characters of the model's vocabulary)")
     e.add_argument("--query", type=_nonnegative_int, required=True,
                    help="query position i (keys 0..i are the spins)")
@@ -397,23 +424,18 @@ def main(argv=None) -> int:
 
 def run(argv=None) -> int:
     """The console script: bad input ends with one line on stderr and exit status 2, not a
-    traceback. Only the errors bad input raises are caught (a bug still shows its traceback)."""
-    from isingattn.models.checkpoint import CheckpointError
-    from isingattn.errors import IsingInputError, IsingTypeError
-    from isingattn.models.shakespeare import DataError
+    traceback. Only the errors bad input raises are caught (a bug still shows its traceback;
+    :mod:`isingattn.models.app.cli_errors`, which the examples share)."""
+    from isingattn.models.app.cli_errors import expected_errors, report
 
     try:
         return main(argv)
-    except SystemExit as e:  # argparse: --help (0) or a bad option (2, its message already printed)
+    except SystemExit as e:  # argparse: --help or --version (0) or a bad option (2, its message already printed)
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-    except (IsingInputError, IsingTypeError, CheckpointError, DataError) as e:
-        message = str(e)
-    except OSError as e:  # the file system refused (permissions, a full disk, a vanished file)
-        message = f"{e.strerror or e}" + (f": {e.filename!r}" if e.filename else "")
-    print("isingattn: error: " + " ".join(message.split()), file=sys.stderr)
-    return 2
+    except expected_errors() as e:
+        return report("isingattn", e)
 
 
 if __name__ == "__main__":

@@ -53,3 +53,17 @@ def markdown_table(rows, metric: str, scale: float = 100.0, baseline: str = "sof
             diff = fmt(r["diff_vs_" + baseline], r["diff_ci95"], scale)
         body += f"| {r['variant']} | {r['n_seeds']} | {fmt(r['mean'], r['ci95'], scale)} | {diff} |\n"
     return head + body
+
+
+SMOKE_NOTE = ("\n**Smoke test, n = 1.** These cells were trained with one seed each and few steps (`isingattn "
+              "reproduce --quick`): they check that training, resuming and the report work, in minutes. Their "
+              "numbers and differences are not results (one seed has no confidence interval, and a difference "
+              "of a few percent is within the spread between seeds); the study's results are in "
+              "`results/reproduce/README.md`.\n")
+
+
+def smoke_note(cells, quick: bool = False) -> str:
+    """:data:`SMOKE_NOTE` for a quick report: one made by ``reproduce --quick``, or one whose every cell
+    holds a single seed (``cells`` as :func:`isingattn.models.app.cells.load_cells` reads them); else ''."""
+    seeds = [max((len(r) for r in c["results"].values()), default=0) for c in cells]
+    return SMOKE_NOTE if quick or (seeds and max(seeds) <= 1) else ""

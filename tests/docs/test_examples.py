@@ -87,3 +87,65 @@ def test_fit_digits(tmp_path):
     assert lat - ind > 4 * max(se_i, se_l), (lat, ind, se_i, se_l)
     assert _written(tmp_path) == ["runs/examples/fit_digits/couplings.png", "runs/examples/fit_digits/digits.md",
                                   "runs/examples/fit_digits/samples.png"]
+
+
+def _fails(script, *args, cwd, env=None):
+    """A run that must end with exit status 2 and one line ``<script>: error: ...`` on stderr, as the CLI does."""
+    full = {**os.environ, **(env or {})}
+    for k in [k for k, v in (env or {}).items() if v is None]:
+        del full[k]
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], cwd=cwd, capture_output=True,
+                         text=True, timeout=600, env=full)
+    err = out.stderr.strip()
+    assert out.returncode == 2, err[-3000:]
+    assert len(err.splitlines()) == 1 and err.startswith(f"{script}: error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_docstrings_name_committed_checkpoints():
+    """The checkpoints the examples' usage lines name are committed (not ckpt-*.npz, which training writes
+    and .gitignore leaves out)."""
+    tracked = set(subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    named = [(p.name, m) for p in sorted((ROOT / "examples").glob("*.py"))
+             for m in re.findall(r"[\w./-]+/[\w.-]+\.npz", p.read_text())]
+    assert named
+    for script, path in named:
+        assert path in tracked, f"{script} names {path}, which is not committed"
+
+
+def test_analyze_couplings_runs_its_own_usage_line(tmp_path):
+    """The command in the docstring, as written (the repository as working folder), with the figure
+    elsewhere; the distance profile it prints is the checkpoint's J, read back independently."""
+    import numpy as np
+
+    doc = (ROOT / "examples" / "analyze_couplings.py").read_text()
+    path = re.search(r"--checkpoint (\S+)", doc).group(1)
+    out = subprocess.run([sys.executable, "examples/analyze_couplings.py", "--checkpoint", path, "--plot",
+                          str(tmp_path / "c.png")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import jax
+
+    from isingattn.models.saved import load_transformer
+
+    with jax.enable_x64(False):  # the committed checkpoints are float32, as users train them
+        J = np.asarray(load_transformer(str(ROOT / path))[0].blocks[0].attn.couplings())[0].astype(np.float64)
+    prof = [float(v) for v in re.findall(r"\d+:([+-]\d\.\d+)", out.stdout.splitlines()[0])]
+    np.testing.assert_allclose(prof, [np.diag(J, d).mean() for d in range(1, J.shape[0])], atol=6e-4)
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_expected_errors_are_one_line_and_exit_2(tmp_path):
+    """A missing checkpoint, an unknown engine, a missing BQM file, and Tiny Shakespeare offline without a
+    corpus (an unreachable proxy stands in for no network; the cache is empty): one line, exit status 2."""
+    missing = str(tmp_path / "no-such.npz")
+    assert "no checkpoint" in _fails("analyze_couplings.py", "--checkpoint", missing, cwd=tmp_path)
+    assert "no checkpoint" in _fails("export_bqm.py", "--checkpoint", missing, cwd=tmp_path)
+    assert "unknown engine 'bogus'" in _fails("compare_engines.py", "--engines", "exact,bogus", cwd=tmp_path)
+    assert "No such file" in _fails("qpu_attention_query.py", "--mock", "--bqm", str(tmp_path / "q.bqm"), cwd=tmp_path)
+    offline = {"ISINGATTN_DATA": None, "XDG_CACHE_HOME": str(tmp_path / "empty-cache"), "NO_PROXY": "", "no_proxy": "",
+               "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    err = _fails("train_shakespeare.py", "--steps", "2", cwd=tmp_path, env=offline)
+    assert "could not download Tiny Shakespeare" in err and "ISINGATTN_DATA=PATH" in err
+    assert "does not exist" in _fails("train_shakespeare.py", "--data", str(tmp_path / "input.txt"), cwd=tmp_path)
+    assert _written(tmp_path) == []

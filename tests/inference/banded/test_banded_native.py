@@ -6,6 +6,7 @@ test_banded_vjp.py and test_banded.py run their blocked-path comparisons through
 the XLA graph (the ``banded_kernel`` fixture)."""
 
 import math
+import os
 import warnings
 
 import jax
@@ -194,3 +195,46 @@ def test_disabled_by_environment_and_falls_back_when_it_cannot_build(monkeypatch
         monkeypatch.undo()
         banded_native._library.cache_clear()
         banded_native._library()
+
+
+def test_a_build_says_so_in_one_line(monkeypatch, capsys):
+    """While the kernel compiles, one line on stderr names it and the time it took; a failed build ends
+    that line with "failed" and the error passes on (to _library's warning)."""
+    monkeypatch.setattr(banded_native, "_build", lambda so, cxx: None)
+    banded_native._build_saying_so(banded_native.Path("/x/native/k.so"), "c++")
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.splitlines()) == 1 and out.err.endswith("\n")
+    assert "compiling the native Banded kernel" in out.err and " done (" in out.err and "/x/native" in out.err
+
+    def broken(so, cxx):
+        raise OSError("no compiler")
+
+    monkeypatch.setattr(banded_native, "_build", broken)
+    with pytest.raises(OSError, match="no compiler"):
+        banded_native._build_saying_so(banded_native.Path("/x/native/k.so"), "c++")
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.endswith(" failed\n")
+
+
+@native_only
+@pytest.mark.slow
+def test_first_use_prints_the_notice_once(tmp_path):
+    """A fresh cache: the first process that runs Banded compiles the kernel and says so in one line; the
+    next one loads it silently (the compiled library is in the cache)."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from isingattn import IsingModel; from isingattn.inference.banded import Banded; "
+            "print(Banded(bandwidth=2).marginals(IsingModel(np.zeros(5), np.diag(np.ones(4), 1) + "
+            "np.diag(np.ones(4), -1))).log_z)")
+    env = {**os.environ, "ISINGATTN_CACHE": str(tmp_path)}
+    env.pop("ISINGATTN_NATIVE", None)
+    first, second = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                    timeout=600) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    notice = [line for line in first.stderr.splitlines() if "native Banded kernel" in line]
+    assert len(notice) == 1 and "compiling" in notice[0] and " done (" in notice[0], first.stderr
+    assert "native Banded kernel" not in second.stderr
+    assert list((tmp_path / "native").glob("banded_native-*.so"))
+    # log Z of the open 5-chain at beta = 1, J = 1: 2 (2 cosh 1)^4
+    assert float(first.stdout.strip()) == pytest.approx(math.log(2 * (2 * math.cosh(1.0)) ** 4), rel=1e-6)
