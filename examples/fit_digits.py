@@ -35,14 +35,16 @@ p.add_argument("--quick", action="store_true", help="few PCD steps and short AIS
 p.add_argument("--test-size", type=int, default=397, help="held-out images (of 1,797)")
 p.add_argument("--seed", type=int, default=0)
 args = p.parse_args()
+from isingattn.errors import IsingInputError  # noqa: E402
+from isingattn.models.app.cli_errors import report  # noqa: E402  (the CLI's one line, exit status 2)
+
 try:
     from sklearn.datasets import load_digits
 except ImportError:
-    print('fit_digits.py: needs scikit-learn for its bundled digits; pip install "isingattn[learn]"', file=sys.stderr)
-    sys.exit(2)
+    sys.exit(report("fit_digits.py", IsingInputError('needs scikit-learn for its bundled digits; '
+                                                     'pip install "isingattn[learn]"')))
 if not 1 <= args.test_size < 1797:
-    print(f"fit_digits.py: --test-size {args.test_size}: expected 1..1796", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(report("fit_digits.py", IsingInputError(f"--test-size {args.test_size}: expected 1..1796")))
 
 jax.config.update("jax_enable_x64", True)  # the log-likelihoods are sums over 64 spins and ~400 images
 

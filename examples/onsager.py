@@ -24,8 +24,10 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from isingattn import IsingModel, atomic, graphs, onsager, thermo  # noqa: E402
+from isingattn.errors import IsingInputError  # noqa: E402
 from isingattn.inference.mcmc import AIS, Gibbs, ParallelTempering, SwendsenWang  # noqa: E402
 from isingattn.inference.meanfield import MeanField  # noqa: E402
+from isingattn.models.app.cli_errors import report  # noqa: E402  (the CLI's one line, exit status 2)
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--sizes", default="16,32,64", help="torus sides L (comma-separated)")
@@ -39,8 +41,8 @@ try:
     if not sizes or min(sizes) < 3:
         raise ValueError
 except ValueError:
-    print(f"onsager.py: --sizes {args.sizes}: expected comma-separated integers ≥ 3, e.g. 16,32,64", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(report("onsager.py", IsingInputError(f"--sizes {args.sizes}: expected comma-separated integers ≥ 3, "
+                                                  "e.g. 16,32,64")))
 nb = 5 if args.quick else args.betas
 Ks = np.linspace(0.30, 0.60, nb)
 key = jax.random.key(args.seed)

@@ -148,4 +148,6 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path):
     err = _fails("train_shakespeare.py", "--steps", "2", cwd=tmp_path, env=offline)
     assert "could not download Tiny Shakespeare" in err and "ISINGATTN_DATA=PATH" in err
     assert "does not exist" in _fails("train_shakespeare.py", "--data", str(tmp_path / "input.txt"), cwd=tmp_path)
+    assert "--sizes 2,x" in _fails("onsager.py", "--sizes", "2,x", cwd=tmp_path)
+    assert "--test-size 0" in _fails("fit_digits.py", "--test-size", "0", cwd=tmp_path)
     assert _written(tmp_path) == []
