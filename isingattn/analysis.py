@@ -108,22 +108,31 @@ def plot_couplings(x, path: Optional[str] = None, threshold: float = 0.0, index=
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     J = _couplings(x, index)
-    fig, ax = plt.subplots(1, 3, figsize=(13, 4))
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4.3))
     v = max(np.abs(J).max(), 1e-12)
     im = ax[0].imshow(J, cmap="RdBu_r", vmin=-v, vmax=v)
-    fig.colorbar(im, ax=ax[0], fraction=0.046)
-    ax[0].set(title=f"{title} (red: ferro, blue: antiferro)", xlabel="key k", ylabel="key j")
+    fig.colorbar(im, ax=ax[0], fraction=0.046, label="J")
+    ax[0].set(title=f"{title}\n(red: ferro, blue: antiferro)", xlabel="key k", ylabel="key j")
+    for axis in (ax[0].xaxis, ax[0].yaxis):  # key positions are integers
+        axis.set_major_locator(MaxNLocator(nbins=6, integer=True))
     prof = distance_profile(J)
-    ax[1].bar(np.arange(1, len(J)), prof, color=["tab:red" if p > 0 else "tab:blue" for p in prof])
+    nz = np.nonzero(prof)[0]
+    prof = prof[: nz[-1] + 1] if len(nz) else prof  # a banded J is 0 beyond its band: no empty bars out to T - 1
+    ax[1].bar(np.arange(1, len(prof) + 1), prof, color=["tab:red" if p > 0 else "tab:blue" for p in prof])
     ax[1].axhline(0, color="k", lw=0.8)
+    ax[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # distances are integers
     ax[1].set(title="mean J by distance", xlabel="|j - k|", ylabel="mean J")
     G = coupling_graph(J, threshold)
     pos = nx.circular_layout(G)
     colors = ["tab:red" if d["sign"] > 0 else "tab:blue" for _, _, d in G.edges(data=True)]
     widths = [1 + 3 * d["weight"] / v for _, _, d in G.edges(data=True)]
-    nx.draw_networkx(G, pos, ax=ax[2], node_size=250, font_size=8, edge_color=colors, width=widths)
-    ax[2].set(title=f"coupling graph (|J| > {threshold:g})")
+    small = len(J) <= 24  # beyond that, node numbers would overlap round the circle
+    nx.draw_networkx(G, pos, ax=ax[2], node_size=250 if small else 30, font_size=8, with_labels=small,
+                     edge_color=colors, width=widths)
+    ax[2].set(title=f"coupling graph (|J| > {threshold:.2g})" + ("" if small else f", {len(J)} keys"))
     ax[2].axis("off")
     fig.tight_layout()
     if path:

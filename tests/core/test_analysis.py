@@ -74,3 +74,23 @@ def test_plot_is_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         analysis.plot_couplings(J, str(tmp_path / "k.png"))
     assert [p.name for p in tmp_path.iterdir()] == ["j.png"]
+
+
+def test_plot_couplings_rounds_the_threshold_and_ticks_distances_as_integers(tmp_path):
+    """The graph's title prints the threshold to two significant digits (not "0.0298688"); the
+    heatmap and the distance panel have integer ticks only and stops where a banded J's profile ends."""
+    import matplotlib.pyplot as plt
+
+    J = _J(12, {(j, j + 1): 0.5 for j in range(11)} | {(j, j + 2): -0.2 for j in range(10)})
+    fig = analysis.plot_couplings(J, str(tmp_path / "j.png"), threshold=0.0298688)
+    assert fig.axes[2].get_title() == "coupling graph (|J| > 0.03)"
+    dist = fig.axes[1]
+    fig.canvas.draw()
+    ticks = [t for t in dist.get_xticks() if dist.get_xlim()[0] <= t <= dist.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert len(dist.patches) == 2  # distances 1 and 2; beyond them J is 0
+    plt.close(fig)
+    fig = analysis.plot_couplings(_J(4, {(0, 1): 1.0}), str(tmp_path / "k.png"))  # 4 keys: matplotlib ticks 0.5
+    heat = fig.axes[0]
+    assert all(float(t).is_integer() for t in list(heat.get_xticks()) + list(heat.get_yticks()))
+    plt.close(fig)
