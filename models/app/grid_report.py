@@ -12,6 +12,7 @@ import csv
 import glob
 import json
 import os
+import textwrap
 from typing import Optional
 
 import jax
@@ -158,6 +159,7 @@ def _profiles(cells, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out = {}
     for c in cells:
@@ -172,7 +174,7 @@ def _profiles(cells, path):
     parts = sorted({name.split("/")[0] for name in out})
     ncols = min(3, len(parts))
     nrows = -(-len(parts) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False, layout="constrained")
     styles = [(c, ls) for ls in ("-", "--", ":") for c in plt.get_cmap("tab10").colors]
     for ax, part in zip(axes.flat, parts):
         names = [n for n in out if n.split("/")[0] == part]
@@ -180,12 +182,14 @@ def _profiles(cells, path):
             m = out[name][0]
             ax.plot(np.arange(1, len(m) + 1), m, color=color, ls=ls, marker="o", ms=3, label=name.split("/", 1)[1])
         ax.axhline(0, color="k", lw=0.8)
-        ax.set(xlabel="distance |j - k|", ylabel="mean learned J (head 0)", title=part)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # distances are integers
+        ax.set(xlabel="distance |j - k|", ylabel="mean learned J (head 0)")
+        title = curves.part_title(cells, part)  # the task and the settings its cells share, not the part's name
+        ax.set_title(textwrap.fill(title, 52, break_on_hyphens=False), fontsize=9)
         ax.legend(fontsize=7, ncol=2 if len(names) > 6 else 1)
     for ax in axes.flat[len(parts):]:
         ax.set_visible(False)
-    fig.suptitle("learned J by distance (hJ, mean over seeds)")
-    fig.tight_layout()
+    fig.suptitle("learned J by distance (hJ, mean over seeds); legend: the cells of each part")
     atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path, out
@@ -264,15 +268,15 @@ def _attention_maps(cells, root):
                 paths.append(os.path.relpath(p, root))
             continue
         ws = att["weights"]
-        fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws), 3.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws) + 0.8, 3.3), squeeze=False, layout="constrained")
         labels = att["labels"]
         for ax, (v, w) in zip(axes[0], ws.items()):
-            ax.imshow(np.asarray(w), cmap="viridis", vmin=0, vmax=1)
+            im = ax.imshow(np.asarray(w), cmap="viridis", vmin=0, vmax=1)
             ax.set_xticks(range(len(labels)), labels, fontsize=7)
             ax.set_yticks(range(len(labels)), labels, fontsize=7)
             ax.set(title=v, xlabel="key", ylabel="query")
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label="attention weight")  # one scale, 0 to 1, for all
         fig.suptitle(f"attention, {os.path.basename(c['folder'])} (seed 0, head 0)", fontsize=9)
-        fig.tight_layout()
         atomic.savefig(fig, p, dpi=110)
         plt.close(fig)
         paths.append(os.path.relpath(p, root))

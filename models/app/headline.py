@@ -20,7 +20,6 @@ PANELS = (("bracket matching", ("brackets", "brackets-hard", "depth", "positiona
            "hJ − {}, test accuracy (points)"),
           ("Tiny Shakespeare", ("shakespeare", "shakespeare-long", "meanfield"), -1.0,
            "{} − hJ, validation perplexity (%)"))
-COLOURS = [f"C{i}" for i in range(10)] + ["black", "darkkhaki"]  # a panel holds up to 11 series: no repeat
 # what hJ is compared with -> (the row's field in each panel, the row's count of paired seeds); against h
 # (sigmoid attention, J = 0) asks whether a gain over softmax is J's
 FIELDS = {"softmax": (("hJ_minus_base", "hJ_rel_pct"), "paired_seeds"),
@@ -49,8 +48,37 @@ def series(rows: list[dict], against: str = "softmax") -> dict:
     return {k: sorted(v) for k, v in out.items()}
 
 
+MAX_SERIES = 6  # the most series (legend entries) in one panel: more are split over further panels
+# Each task's series are split into panels by what they hold: (panel title, which labels); a label goes to the
+# first panel that takes it, and a panel of more than MAX_SERIES is split further.
+SUBPANELS = {"bracket matching": (("the paper's task (brackets)", lambda lab: lab.startswith("brackets,")),
+                                  ("brackets-hard, full J", lambda lab: lab.endswith("J full")),
+                                  ("brackets-hard, banded or toeplitz J", lambda lab: True)),
+             "Tiny Shakespeare": (("Tiny Shakespeare, full J", lambda lab: "J full" in lab),
+                                  ("Tiny Shakespeare, banded or toeplitz J", lambda lab: True))}
+LOOKS = [("C0", "o"), ("C1", "s"), ("C2", "^"), ("C3", "v"), ("C4", "D"), ("C5", "P")]  # distinct in colour and marker
+
+
+def panels(rows: list[dict]) -> list[tuple]:
+    """The figure's columns: ``[(task title, panel title, [labels]), ...]``, at most MAX_SERIES labels each."""
+    data = {**series(rows, "softmax"), **series(rows, "h")}
+    out = []
+    for title, *_ in PANELS:
+        left = sorted({label for (t, label) in data if t == title})
+        for sub, takes in SUBPANELS.get(title, ((title, lambda lab: True),)):
+            mine = [lab for lab in left if takes(lab)]
+            left = [lab for lab in left if lab not in mine]
+            chunks = [mine[i:i + MAX_SERIES] for i in range(0, len(mine), MAX_SERIES)]
+            out += [(title, sub + (f" ({k + 1}/{len(chunks)})" if len(chunks) > 1 else ""), c)
+                    for k, c in enumerate(chunks)]
+    return out
+
+
 def plot(rows: list[dict], path: str):
-    """Write the headline figure to ``path`` (PNG); returns the path, or None with no paired row."""
+    """Write the headline figure to ``path`` (PNG); returns the path, or None with no paired row.
+
+    One column per group of at most MAX_SERIES series (:func:`panels`), hJ against softmax above and against
+    h below; a series keeps its colour, marker and legend entry in both rows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,25 +87,28 @@ def plot(rows: list[dict], path: str):
     rows_of = {"softmax": series(rows, "softmax"), "h": series(rows, "h")}
     if not rows_of["softmax"]:
         return None
-    fig, axes = plt.subplots(2, len(PANELS), figsize=(6.2 * len(PANELS), 11.5), squeeze=False)
-    for col, (title, _, _, ylabel) in enumerate(PANELS):
-        # one look per series in both rows: colour and marker by its place among the panel's labels
-        labels = sorted({label for data in rows_of.values() for (t, label) in data if t == title})
+    cols = panels(rows)
+    ylabel_of = {title: ylabel for title, _, _, ylabel in PANELS}
+    fig, axes = plt.subplots(2, len(cols), figsize=(4.3 * len(cols), 10.5), squeeze=False, layout="constrained")
+    for col, (title, sub, labels) in enumerate(cols):
         for row, (against, data) in enumerate(rows_of.items()):
             ax = axes[row, col]
-            mine = {label: pts for (t, label), pts in data.items() if t == title}
+            mine = {label: data[(title, label)] for label in labels if (title, label) in data}
             at = defaultdict(list)  # T -> the series with a point there, in legend order
-            for label, pts in sorted(mine.items()):
+            for label, pts in mine.items():
                 for T, *_ in pts:
                     at[T].append(label)
-            for label, pts in sorted(mine.items()):
-                i = labels.index(label)
+            # a dodge among the series that share a T, so that error bars do not overlap: a step of 4% of the
+            # axis' span in octaves, the whole spread at most half an octave, so that no point strays toward a
+            # neighbouring T
+            span = math.log2(max(at) / min(at)) if at else 1.0
+            step = min(0.04 * max(span, 1.0), 0.5 / max(max((len(v) for v in at.values()), default=1) - 1, 1))
+            for label, pts in mine.items():
+                color, marker = LOOKS[labels.index(label) % len(LOOKS)]
                 T, gain, ci, n = (np.array(x, float) for x in zip(*pts))
-                # a small dodge among the series that share a T, so that error bars do not overlap and no point
-                # strays toward a neighbouring T
-                x = np.array([t * (1 + 0.025 * (at[t].index(label) - (len(at[t]) - 1) / 2)) for t in T])
+                x = np.array([t * 2 ** (step * (at[t].index(label) - (len(at[t]) - 1) / 2)) for t in T])
                 yerr = np.where(np.isnan(ci), 0.0, ci)
-                ax.errorbar(x, gain, yerr=yerr, marker="os^vDP"[i % 6], color=COLOURS[i % len(COLOURS)],
+                ax.errorbar(x, gain, yerr=yerr, marker=marker, color=color, ms=6,
                             ls="-" if "FFN on" in label else "--", capsize=3, label=label)
                 for xi, gi, ni, ci_i in zip(x, gain, n, ci):
                     if math.isnan(ci_i):  # one seed: no interval to draw, say so
@@ -85,19 +116,23 @@ def plot(rows: list[dict], path: str):
             ax.axhline(0, color="k", lw=0.8)
             ax.set_xscale("log", base=2)
             ticks = sorted({T for pts in mine.values() for T, *_ in pts})
+            if ticks:
+                ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
             ax.set_xticks(ticks, [str(t) for t in ticks])
             ax.minorticks_off()
             name = "softmax" if against == "softmax" else "h (J = 0)"
-            ax.set(title=f"{title}: hJ against {name}", xlabel="context length T", ylabel=ylabel.format(name))
+            ax.set_title(f"{sub}:\nhJ against {name}", fontsize=10)
+            ax.set(xlabel="context length T", ylabel=ylabel_of[title].format(name))
             if not mine:
                 ax.text(0.5, 0.5, "no finished cell", transform=ax.transAxes, ha="center")
-        if labels:  # below the axes: inside, a legend of ten series hides points
-            handles, names = axes[0, col].get_legend_handles_labels()
-            axes[1, col].legend(handles, names, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
-                                frameon=False)
+        handles, names = axes[0, col].get_legend_handles_labels()
+        if not handles:
+            handles, names = axes[1, col].get_legend_handles_labels()
+        if handles:  # below the axes, one entry a line: inside, a legend hides points
+            axes[1, col].legend(handles, names, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+                                ncol=1, frameon=False, title="solid: FFN on, dashed: FFN off", title_fontsize=7.5)
     fig.suptitle("hJ against softmax (top) and against h, sigmoid attention without J (bottom), paired by seed "
-                 "(mean ± 95% CI); above 0: hJ better", fontsize=10)
-    fig.tight_layout()
+                 "(mean ± 95% CI); above 0: hJ better", fontsize=11)
     atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -222,3 +222,62 @@ def test_growth_of_the_gain_matches_welchs_test_on_the_seeds():
     assert (change - half, change + half) == pytest.approx((lo, hi), rel=1e-9)
     assert df == pytest.approx(ref.df, rel=1e-9)
     assert "**" not in headline.growth_table(rows) or abs(change) > half
+
+
+def test_headline_panels_hold_at_most_six_series_and_every_series_once():
+    """Thirteen bracket series (as the committed grid has) are split over panels of at most MAX_SERIES, each
+    series in exactly one; the figure is written."""
+    rows = []
+    for part, ffns, Js, Ts in (("brackets", (True, False), ("full",), (8, 12)),
+                               ("brackets-hard", (True, False), ("full", "toeplitz", "banded"), (16, 64)),
+                               ("depth", (True,), ("full", "toeplitz"), (16,)),
+                               ("positional", (True,), ("toeplitz",), (64,)),
+                               ("shakespeare-long", (True,), ("full", "toeplitz"), (32, 64))):
+        for ffn in ffns:
+            for J in Js:
+                for T in Ts:
+                    rows.append({"part": part, "base": "softmax", "ffn": ffn, "J_param": J, "T": T,
+                                 "cell": f"{part}/T{T}", "hJ_minus_base": 1.0, "hJ_minus_base_ci95": 0.5, "paired_seeds": 5,
+                                 "hJ_rel_pct": -1.0, "hJ_rel_pct_ci95": 0.5})
+    labels = {label for (_, label) in headline.series(rows)}
+    assert len([lab for lab in labels if not lab.startswith("shakespeare")]) == 11
+    cols = headline.panels(rows)
+    assert all(len(labs) <= headline.MAX_SERIES for _, _, labs in cols)
+    shown = [lab for _, _, labs in cols for lab in labs]
+    assert sorted(shown) == sorted(labels)  # each series in one panel, none lost
+
+
+def test_curves_zoom_on_the_last_quarter_and_title_the_task(tmp_path, monkeypatch):
+    """Under each cell's curves, a panel zooms in on the last quarter of training (from the last logged step
+    at or before 75% of the steps); the figure's title gives the task and the settings its cells share."""
+    from isingattn.models.app import curves
+
+    cell = Cell("convergence", "shakespeare", 64, variants=("softmax", "hJ"), seeds=2, steps=800, J_param="toeplitz",
+                engine="banded", engine_kw=(("bandwidth", 8),), J_band=8)
+    _fake_cell(tmp_path, cell, {"softmax": {0: 6.0, 1: 6.1}, "hJ": {0: 5.9, 1: 6.0}}, steps=(200, 400, 600, 800))
+    cells = load_cells(str(tmp_path))
+    title = curves.part_title(cells, "convergence")
+    assert title.startswith("Tiny Shakespeare, T=64, 800 steps") and "J toeplitz (band 8)" in title
+    figs = []
+    monkeypatch.setattr(curves.atomic, "savefig", lambda fig, path, **kw: figs.append(fig))
+    curves.plot(cells, "convergence", str(tmp_path / "c.png"))
+    full, zoom = figs[0].axes[:2]
+    assert zoom.get_xlim()[0] == pytest.approx(600 - 16) and zoom.get_xlim()[1] == pytest.approx(816)
+    assert zoom.get_title() == "zoom: steps 600–800" and full.get_title() == "T64-toeplitz8"
+    lo, hi = zoom.get_ylim()
+    assert hi - lo < full.get_ylim()[1] - full.get_ylim()[0]
+
+
+def test_attention_maps_have_a_colour_bar(tmp_path, monkeypatch):
+    """The maps share one colour scale, 0 to 1, shown by a colour bar."""
+    from isingattn.models.app import grid_report
+
+    cell = Cell("brackets-hard", "brackets-hard", 4, variants=("softmax", "hJ"))
+    _fake_cell(tmp_path, cell, {"softmax": {0: 0.8}, "hJ": {0: 0.9}})
+    att = {"labels": list("(())"), "weights": {"softmax": np.eye(4).tolist(), "hJ": (np.eye(4) / 2).tolist()}}
+    (tmp_path / cell.name / "attention.json").write_text(json.dumps(att))
+    figs = []
+    monkeypatch.setattr(grid_report.atomic, "savefig", lambda fig, path, **kw: figs.append(fig))
+    assert grid_report._attention_maps(load_cells(str(tmp_path)), str(tmp_path)) == [f"{cell.name}/attention.png"]
+    (bar,) = [ax for ax in figs[0].axes if ax.get_label() == "<colorbar>"]
+    assert bar.get_ylabel() == "attention weight" and bar.get_ylim() == (0.0, 1.0)
