@@ -3,9 +3,12 @@
 * Every ```python block of README.md runs as shown. Each block is self-contained and runs
   in a fresh namespace (none builds on another); blocks whose results can be checked are
   checked against the float64 brute force.
-* The README's engine table is the committed output of the command printed above it
-  (``results/compare-dense16/compare.md``), and that command's settings are the ones the
-  committed file records.
+* The examples that moved from the README to the documentation site (docs/) keep their checks
+  there: each is a code cell of an executed page, with its checks as assertions in the page,
+  which the strict site build (tests/docs/test_site.py) executes and fails on.
+* The engines page's table (docs/engines.md) is the committed output of the command printed
+  above it (``results/compare-dense16/compare.md``), and that command's settings are the ones
+  the committed file records.
 * Every ``DESIGN.md §N`` citation in the repository names a section (and a quoted
   sub-heading, where one is given) that DESIGN.md has.
 * No text file of the repository refers to a file outside it.
@@ -26,6 +29,7 @@ from isingattn.testing import brute_force
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+ENGINES_PAGE = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")  # "Choosing an engine", from the README
 DESIGN = (ROOT / "DESIGN.md").read_text(encoding="utf-8")
 COMPARE_MD = ROOT / "results" / "compare-dense16" / "compare.md"
 
@@ -51,27 +55,42 @@ def _check_api_example(ns):
     np.testing.assert_allclose(ns["weights"].sum(-1), 1.0, atol=1e-6)
 
 
-def _check_devices_example(ns):
-    """The multi-device example: the mesh-split Exact marginals against the brute force,
-    and training ran its 2 steps to a finite held-out loss."""
-    model, m = ns["ising_model"], ns["m"]
-    h, J = np.asarray(model.h, np.float64), np.asarray(model.J, np.float64)
-    for q in range(h.shape[0]):
-        np.testing.assert_allclose(m.mean[q], brute_force(h[q], J)["mean"], atol=1e-5)
-    assert ns["metrics"]["step"] == 2 and math.isfinite(ns["metrics"]["test_loss"])
+CHECKS = {"boltzmann_attention(": _check_api_example}
+
+# Blocks that moved to executed pages of the site, with the assertions that check them there (the
+# checks the README ran on them, as code in the page). The site build executes every page and fails
+# on a failing cell (nb_execution_raise_on_error), so these are checked wherever the site is built.
+DOC_CHECKS = {
+    "data_mesh(": ("docs/devices.md", [  # the mesh-split Exact marginals against the brute force; 2 steps trained
+        "np.testing.assert_allclose(m.mean[q], brute_force(h64[q], J64)[\"mean\"], atol=1e-5)",
+        "assert metrics[\"step\"] == 2 and math.isfinite(metrics[\"test_loss\"])"]),
+    "onsager.torus_log_z(": ("docs/tutorials/onsager.md", [  # AIS within 4 SE of Kaufman; naive MF below it
+        "assert abs(float(ais.log_z) - exact) <= 4 * float(ais.info[\"log_z_se\"]) + 1e-3",
+        "assert float(naive.log_z) <= exact and np.isfinite(float(bethe.log_z))"]),
+    "az.compare(fits)": ("docs/tutorials/fitting.md", [  # LOO ranks the true (lattice) structure first
+        "assert list(cmp.index) == [\"lattice\", \"dense\"]"]),
+    "Gibbs(num_chains=8, num_samples=2000)": ("docs/tutorials/engines-on-a-lattice.md", [  # Gibbs and BP on a strip
+        "assert float(abs(gibbs - exact).max()) < 0.1 and float(abs(bp - exact).max()) < 0.1"]),
+}
 
 
-# marker in the block -> its check; every block is run whether or not it has a check
-def _check_free_energy_example(ns):
-    """The free-energy example: AIS within 4 of its SEs of Kaufman's value (itself tested against
-    brute force), naive mean field below it (a bound), all finite."""
-    exact, ais, naive = ns["exact"], ns["ais"], ns["naive"]
-    assert abs(float(ais.log_z) - exact) <= 4 * float(ais.info["log_z_se"]) + 1e-3
-    assert float(naive.log_z) <= exact and np.isfinite(float(ns["bethe"].log_z))
+def _code_cells(text: str) -> list[str]:
+    """The executed code cells of a MyST-NB page."""
+    return re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M)
 
 
-CHECKS = {"boltzmann_attention(": _check_api_example, "data_mesh(": _check_devices_example,
-          "onsager.torus_log_z(": _check_free_energy_example}
+def test_moved_examples_keep_their_checks_in_executed_pages():
+    """Each moved block is an executed cell of its page (a MyST-NB notebook, executed by the site
+    build), and the assertions that check it are executed cells of the same page."""
+    for marker, (page, asserts) in DOC_CHECKS.items():
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert text.startswith("---\nfile_format: mystnb"), f"{page} is not an executed (MyST-NB) page"
+        cells = "\n".join(_code_cells(text))
+        assert marker in cells, f"{page}: no executed cell contains {marker!r}"
+        for a in asserts:
+            assert a in cells, f"{page}: the check {a!r} of the {marker!r} example is not an executed cell"
+        assert marker not in "\n".join(code for _, code in _python_blocks()), (
+            f"{marker!r} is back in the README: move its check back into CHECKS")
 
 
 def test_readme_has_the_checked_blocks():
@@ -103,10 +122,10 @@ def test_readme_python_block_runs(line, code):
 
 
 def _compare_command() -> dict:
-    """The options of the README's ``isingattn compare`` command (``--seed`` defaults to 0)."""
-    lines = [ln for block in re.findall(r"^```bash\n(.*?)^```", README, re.S | re.M) for ln in block.splitlines()
+    """The options of the engines page's ``isingattn compare`` command (``--seed`` defaults to 0)."""
+    lines = [ln for block in re.findall(r"^```bash\n(.*?)^```", ENGINES_PAGE, re.S | re.M) for ln in block.splitlines()
              if ln.startswith("isingattn compare ")]
-    assert len(lines) == 1, f"expected one `isingattn compare` command in the README; got {lines}"
+    assert len(lines) == 1, f"expected one `isingattn compare` command in docs/engines.md; got {lines}"
     words = shlex.split(lines[0])[2:]
     assert len(words) % 2 == 0 and all(w.startswith("--") for w in words[::2]), words
     opts = {"--seed": "0", **dict(zip(words[::2], words[1::2]))}
@@ -125,32 +144,32 @@ def _table(text: str, after: str = "") -> list[list[str]]:
     return rows
 
 
-def test_readme_engine_table_is_the_committed_compare_output():
+def test_engines_page_table_is_the_committed_compare_output():
     args = _compare_command()
-    assert Path(args["out"]) == Path("results/compare-dense16"), "the README's command must write the committed folder"
+    assert Path(args["out"]) == Path("results/compare-dense16"), "the engines page's command must write the committed folder"
     committed = COMPARE_MD.read_text(encoding="utf-8")
     title = committed.splitlines()[0]
     expected = f"on {args['graph']} n={int(args['n'])} beta={float(args['beta']):g} "
     assert expected in title and f"(seed {args['seed']})" in title, (
-        f"{COMPARE_MD} ({title!r}) was not written by the README's command")
-    ours = _table(README, after="isingattn compare --n")
+        f"{COMPARE_MD} ({title!r}) was not written by the engines page's command")
+    ours = _table(ENGINES_PAGE, after="isingattn compare --n")
     theirs = _table(committed)
     assert [r[0] for r in theirs[2:]] == args["engines"].split(","), "the committed rows are not the command's engines"
     assert ours == theirs, (
-        "the README's engine table differs from results/compare-dense16/compare.md: rerun the command shown "
-        "in the README and paste its table")
+        "the engine table of docs/engines.md differs from results/compare-dense16/compare.md: rerun the command "
+        "shown there and paste its table")
 
 
 @pytest.mark.slow
 def test_committed_compare_rows_of_deterministic_engines_are_reproduced():
-    """Rerun the README's command for its deterministic engines (exact and mean field,
+    """Rerun the engines page's command for its deterministic engines (exact and mean field,
     which take no key, so running them alone changes nothing): the accuracy columns of
     the committed file are what the current code prints.
 
     The samplers' rows are deterministic on one machine but not across CPU types (a
     last-bit difference in a local field changes one accept decision, and the chain from
     then on), and each engine's key depends on its place in the list, so they are not
-    compared with a fresh run; the table test above keeps the README equal to their
+    compared with a fresh run; the table test above keeps the engines page equal to their
     committed output."""
     args = _compare_command()
     det = ["exact", "meanfield-naive", "meanfield-tap", "meanfield-bp"]
@@ -168,7 +187,7 @@ def test_committed_compare_rows_of_deterministic_engines_are_reproduced():
 # ---- DESIGN.md citations and references outside the repository ------------------------------
 
 SKIP_DIRS = {".git", ".ci-venv", ".venv", "venv", "build", "dist", "runs", "__pycache__", ".hypothesis",
-             ".pytest_cache"}
+             ".pytest_cache", "_build", ".jupyter_cache", "jupyter_execute"}  # the last three: a built site
 TEXT_SUFFIXES = {".py", ".md", ".txt", ".toml", ".json", ".cfg", ".ini", ".yml", ".yaml", ".sh", ".csv"}
 
 
@@ -229,6 +248,22 @@ def test_design_covers_what_the_citing_code_relies_on():
 
 
 OUTSIDE = re.compile(r"(?<![\w.~-])/(?:work|home|root|Users|mnt|tmp)/|\bshared/data\b|(?<![\w.])\.\./")
+# A relative path that climbs out of its folder, as the documentation site's pages use for the repository's
+# figures and files (``../results/...``, ``{include} ../DESIGN.md``): allowed where it names a file or folder
+# inside the repository, relative to the file that holds it.
+RELATIVE_UP = re.compile(r"(?<![\w.])((?:\.\./)+[\w./-]*)")
+
+
+def _stays_inside(p: Path, line: str) -> bool:
+    """Every ``../`` path of ``line`` exists and lies inside the repository (and the line names nothing
+    else outside it)."""
+    if OUTSIDE.search(RELATIVE_UP.sub("", line)):
+        return False
+    for m in RELATIVE_UP.finditer(line):
+        target = (p.parent / m.group(1)).resolve()
+        if not (target.is_relative_to(ROOT) and target.exists()):
+            return False
+    return True
 
 
 def _outside_references(under_results: bool) -> list[str]:
@@ -239,7 +274,7 @@ def _outside_references(under_results: bool) -> list[str]:
         if p == this or (rel.parts[0] == "results") != under_results:
             continue
         for ln, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if OUTSIDE.search(line):
+            if OUTSIDE.search(line) and not (rel.parts[0] == "docs" and _stays_inside(p, line)):
                 bad.append(f"{rel}:{ln}: {line.strip()[:120]}")
     return bad
 
