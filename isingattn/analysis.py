@@ -79,7 +79,7 @@ def communities(x, threshold: float = 0.0, index=None, seed: int = 0) -> list[se
 
 
 def centrality(x, threshold: float = 0.0, index=None) -> dict:
-    """Per node: ``degree`` (networkx degree centrality) and ``strength`` (Σ_k |J_jk|)."""
+    """Per node: ``degree`` (networkx degree centrality) and ``strength`` (``Σ_k |J_jk|``)."""
     G = coupling_graph(x, threshold, index)
     deg = nx.degree_centrality(G) if len(G) > 1 else {v: 0.0 for v in G}
     strength = dict(G.degree(weight="weight"))

@@ -96,6 +96,21 @@ def test_site_builds_strictly_and_its_internal_links_resolve(site):
     assert not bad, f"{len(bad)} broken internal link(s):\n" + "\n".join(bad[:40])
 
 
+def test_api_reference_documents_every_registered_engine(site):
+    """Every engine name of ``inference.available()`` has its class documented in the API reference."""
+    from isingattn import inference
+    from isingattn.engine import _lookup
+
+    ids = set().union(*(_parse(p).ids for p in (site / "api").glob("*.html")))
+    missing = []
+    for name in inference.available():
+        factory = _lookup(name)
+        cls = factory if isinstance(factory, type) else type(factory())
+        if not any(i.startswith("isingattn.") and i.endswith("." + cls.__name__) for i in ids):
+            missing.append(f"{name} ({cls.__name__})")
+    assert not missing, "engines without an API entry: " + ", ".join(missing)
+
+
 def test_tutorials_are_executed_with_their_figures(site):
     """Every tutorial page carries the outputs of its execution, a figure among them."""
     for md in sorted((DOCS / "tutorials").glob("*.md")):
