@@ -29,6 +29,7 @@ class BracketData(NamedTuple):
     test: Split
     vocab_size: int
     seq_len: int
+    valid: Optional[Split] = None  # n_valid > 0: a validation split drawn like the test set, apart from both
 
 
 def sample_dyck(rng: np.random.Generator, num: int, T: int, max_depth: Optional[int] = None, num_types: int = 2,
@@ -126,7 +127,7 @@ SPLITS = ("string", "shape")
 
 def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, max_depth: Optional[int] = None,
               num_types: int = 2, max_test_fraction: float = 0.2, *, filler: float = 0.0,
-              split: str = "string", interleaved: bool = False) -> BracketData:
+              split: str = "string", interleaved: bool = False, n_valid: int = 0) -> BracketData:
     """Disjoint train and test sets of unique strings, seeded by a JAX key.
 
     When fewer unique strings exist than asked for (short T), the test set takes at
@@ -143,12 +144,17 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
     fewer than ``n_train + n_test`` distinct strings were found; the string split caps
     always, as it always did); a shape cut off by the cap is dropped from training too.
     The defaults draw what they always did.
+
+    ``n_valid`` > 0 adds a validation split drawn like the test set, from the pool strings
+    neither split took, after both are drawn (so they are the same as without it): with
+    ``split="shape"`` whole shapes seen neither in training nor in the test set (in a random
+    order, the last one cut at ``n_valid``); with ``split="string"`` unseen strings.
     """
     if split not in SPLITS:
         raise IsingInputError(f"split must be one of {', '.join(map(repr, SPLITS))} (hold out strings, or whole "
                               f"open/close/filler shapes); got {split!r}.")
-    for name, v in (("n_train", n_train), ("n_test", n_test)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+    for name, v, low in (("n_train", n_train, 1), ("n_test", n_test, 1), ("n_valid", n_valid, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
             raise IsingInputError(f"{name} must be a positive integer (a number of strings); got {v!r}.")
     if not (isinstance(max_test_fraction, (int, float)) and not isinstance(max_test_fraction, bool)
             and 0.0 < max_test_fraction < 1.0):
@@ -161,6 +167,7 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
         n_te = n_test
     if split == "string":
         test, train = pool[:n_te], pool[n_te : n_te + n_train]
+        valid = pool[n_te + n_train : n_te + n_train + n_valid]
     else:
         _, shape_id = np.unique(shapes(pool, num_types, interleaved), axis=0, return_inverse=True)
         shape_id = shape_id.ravel()
@@ -175,6 +182,20 @@ def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, 
         by_rank = np.argsort(rank[shape_id], kind="stable")  # test strings grouped by shape, in shape order
         test = pool[by_rank[held[by_rank]]][:n_te]
         train = pool[~held][:n_train]
+        valid = _unseen_shapes(rng, pool[~held][n_train:], shape_id[~held][n_train:],
+                               shape_id[~held][:n_train], n_valid) if n_valid else pool[:0]
     mk = lambda x: Split(x, match_targets(x, num_types, interleaved))
     vocab = 2 * num_types + (1 if filler else 0)
-    return BracketData(mk(train), mk(test), vocab_size=vocab, seq_len=T)
+    return BracketData(mk(train), mk(test), vocab_size=vocab, seq_len=T, valid=mk(valid) if n_valid else None)
+
+
+def _unseen_shapes(rng, rest: np.ndarray, rest_shape: np.ndarray, train_shape: np.ndarray, n: int) -> np.ndarray:
+    """Up to ``n`` strings of ``rest`` whose shapes training never saw, whole shapes in a random order
+    (the last cut at ``n``). The test shapes are not in ``rest`` (``make_data`` holds each out whole)."""
+    unseen = ~np.isin(rest_shape, train_shape)
+    rest, rest_shape = rest[unseen], rest_shape[unseen]
+    order = rng.permutation(np.unique(rest_shape)) if len(rest_shape) else rest_shape
+    rank = np.searchsorted(np.sort(order), rest_shape)  # each string's shape, as an index into sorted ids
+    pos = np.empty(len(order), int)
+    pos[np.argsort(order)] = np.arange(len(order))  # sorted index -> place in the random order
+    return rest[np.argsort(pos[rank], kind="stable")][:n]

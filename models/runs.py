@@ -39,8 +39,9 @@ def saved_spec(meta: dict) -> dict:
         spec = {**spec, "train": {**spec["train"], "weight_decay_on": "all"}}  # saved before the option existed
     if isinstance(spec.get("model"), dict) and "n_layers" not in spec["model"]:
         spec = {**spec, "model": {**spec["model"], "n_layers": 1}}  # saved before Config.n_layers: one layer
-    if isinstance(spec.get("model"), dict) and "rel_bias" not in spec["model"]:
-        spec = {**spec, "model": {**spec["model"], "rel_bias": False}}  # saved before Config.rel_bias
+    for name, value in (("rel_bias", False), ("pair_bias", False), ("dropout", 0.0)):  # saved before these fields
+        if isinstance(spec.get("model"), dict) and name not in spec["model"]:
+            spec = {**spec, "model": {**spec["model"], name: value}}
     eng = spec.get("model", {}).get("engine") if isinstance(spec.get("model"), dict) else None
     if isinstance(eng, dict) and isinstance(eng.get("config"), dict):  # engine options added since: their defaults
         try:

@@ -46,7 +46,8 @@ class TrainConfig:
     eval_limit: Optional[int] = None  # periodic evals use the first N held-out examples; the final one uses all
     # What AdamW decays (nanoGPT: matrices only, never gains, biases or the per-head field bias):
     #   "matrices"   every array with ndim >= 2 except the couplings J_raw (default: decaying J pulls hJ
-    #                toward the h variant, the very thing the ablation measures) and the field bias rel_bias
+    #                toward the h variant, the very thing the ablation measures) and the field biases rel_bias
+    #                and pair_bias (the pairwise control starts at 0 and is not pulled back to it, like J)
     #   "matrices+J" the same plus J_raw
     #   "all"        every array, J and LayerNorm gains included (what runs before this option did)
     weight_decay_on: str = "matrices"
@@ -77,7 +78,7 @@ def decay_mask(params, weight_decay_on: str):
             return True
         if any(getattr(p, "name", None) == "J_raw" for p in path):
             return weight_decay_on == "matrices+J"
-        if any(getattr(p, "name", None) == "rel_bias" for p in path):  # a field bias, (H, T) but not a matrix
+        if any(getattr(p, "name", None) in ("rel_bias", "pair_bias") for p in path):  # field biases, not weights
             return False
         return x.ndim >= 2
 
@@ -111,8 +112,9 @@ def _step_fn(tc: TrainConfig):
 
     @eqx.filter_jit
     def step(model, opt_state, tokens, targets, key):
-        def loss_fn(m):
-            return masked_xent(m(tokens, key=key), targets)[0]
+        def loss_fn(m):  # dropout draws its own stream, and only when the model has dropout (else: as before)
+            drop = {"dropout_key": jax.random.fold_in(key, 0xD50)} if m.config.dropout else {}
+            return masked_xent(m(tokens, key=key, **drop), targets)[0]
 
         loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
         updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))

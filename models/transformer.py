@@ -37,6 +37,8 @@ class Config:
     J_band: Optional[int] = None  # bandwidth: required by "banded", optional truncation of "toeplitz"
     field_bias: bool = True  # learnable scalar field per head (h and hJ variants)
     rel_bias: bool = False  # learnable field per head and query-key distance i-j (T5-style), every variant but J
+    pair_bias: bool = False  # learnable field per head and position pair (i, j): T_max² per head, every variant but J
+    dropout: float = 0.0  # residual dropout (embeddings, attention and FFN outputs), training only
     beta: float = 1.0
 
     def __post_init__(self):
@@ -44,12 +46,15 @@ class Config:
             v = getattr(self, name)
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1):
                 raise IsingInputError(f"{name} must be a positive integer; got {v!r}.")
-        for name in ("ffn", "field_bias", "rel_bias"):
+        for name in ("ffn", "field_bias", "rel_bias", "pair_bias"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise IsingInputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         if not (isinstance(self.beta, (int, float, np.floating, np.integer)) and not isinstance(self.beta, bool)
                 and math.isfinite(self.beta) and self.beta > 0):
             raise IsingInputError(f"beta must be a finite positive number (the inverse temperature); got {self.beta!r}.")
+        if not (isinstance(self.dropout, (int, float, np.floating, np.integer)) and not isinstance(self.dropout, bool)
+                and 0.0 <= self.dropout < 1.0):
+            raise IsingInputError(f"dropout must be a probability in [0, 1); got {self.dropout!r}.")
         if self.variant not in VARIANTS:
             raise IsingInputError(f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}.")
         if self.J_param not in J_PARAMS:
@@ -72,6 +77,15 @@ class Config:
         if self.d_model % self.n_heads:
             raise IsingInputError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
                                   f"pick n_heads among the divisors of {self.d_model}.")
+
+
+def dropout(x, rate: float, key):
+    """Inverted dropout: each entry kept with probability ``1 - rate`` and scaled by ``1 / (1 - rate)``;
+    ``x`` itself when ``key`` is None or ``rate`` is 0 (evaluation)."""
+    if key is None or not rate:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
 def _dense(key, d_in, d_out):
@@ -101,6 +115,7 @@ class Attention(eqx.Module):
     J_raw: jax.Array
     field_bias: jax.Array  # (H,)
     rel_bias: Optional[jax.Array]  # (H, T_max): field of key j for query i, by distance i - j (None: off)
+    pair_bias: Optional[jax.Array]  # (H, T_max, T_max): field of key j for query i, one per pair (None: off)
     config: Config = eqx.field(static=True)
 
     def __init__(self, config: Config, key):
@@ -112,6 +127,7 @@ class Attention(eqx.Module):
         self.J_raw = jnp.zeros({"full": (H, T, T), "toeplitz": (H, band + 1), "banded": (H, band, T)}[config.J_param])
         self.field_bias = jnp.zeros(H)
         self.rel_bias = jnp.zeros((H, T)) if config.rel_bias else None
+        self.pair_bias = jnp.zeros((H, T, T)) if config.pair_bias else None
         self.config = config
 
     def couplings(self, T=None):
@@ -137,11 +153,15 @@ class Attention(eqx.Module):
         return [t.reshape(B, T, H, d // H).transpose(0, 2, 1, 3) for t in jnp.split(x @ self.w_qkv, 3, axis=-1)]
 
     def position_fields(self, T):
-        """The relative-position fields ``(H, T, T)``, ``rel_bias[:, i - j]`` for ``j <= i`` (None when off)."""
-        if self.rel_bias is None:
-            return None
-        dist = np.maximum(np.arange(T)[:, None] - np.arange(T)[None, :], 0)  # (T, T); j > i is masked anyway
-        return self.rel_bias[:, dist]
+        """The position fields ``(H, T, T)``: ``rel_bias[:, i - j]`` for ``j <= i``, plus ``pair_bias[:, i, j]``
+        (None when both are off)."""
+        pos = None
+        if self.rel_bias is not None:
+            dist = np.maximum(np.arange(T)[:, None] - np.arange(T)[None, :], 0)  # (T, T); j > i is masked anyway
+            pos = self.rel_bias[:, dist]
+        if self.pair_bias is not None:
+            pos = self.pair_bias[:, :T, :T] if pos is None else pos + self.pair_bias[:, :T, :T]
+        return pos
 
     def fields(self, x):
         """The Ising fields of every query, ``(B, H, T, T)`` (before the causal mask)."""
@@ -189,11 +209,12 @@ class Block(eqx.Module):
         self.ln2 = LayerNorm(d) if config.ffn else None
         self.mlp = MLP(d, config.ffn_mult, mlp_key) if config.ffn else None
 
-    def __call__(self, x, key=None):  # (B, T, d) -> (B, T, d), attention weights (B, H, T, T)
+    def __call__(self, x, key=None, dropout_key=None):  # (B, T, d) -> (B, T, d), attention weights (B, H, T, T)
         a, weights = self.attn(self.ln1(x), key=key)
-        x = x + a
+        rate, k = self.attn.config.dropout, (None, None) if dropout_key is None else jax.random.split(dropout_key)
+        x = x + dropout(a, rate, k[0])
         if self.mlp is not None:
-            x = x + self.mlp(self.ln2(x))
+            x = x + dropout(self.mlp(self.ln2(x)), rate, k[1])
         return x, weights
 
 
@@ -260,14 +281,19 @@ class Transformer(eqx.Module):
         block = self.blocks[layer]
         return block.attn.fields(block.ln1(x))
 
-    def __call__(self, tokens, *, key=None, return_weights=False):
+    def __call__(self, tokens, *, key=None, return_weights=False, dropout_key=None):
         """Logits ``(B, T, n_out)``; with ``return_weights`` also every layer's attention weights,
         ``(B, n_layers * H, T, T)``: the heads of layer l are ``[:, l*H : (l+1)*H]`` (one layer:
-        ``(B, H, T, T)``, as before), ``.reshape(B, n_layers, H, T, T)`` separates them."""
+        ``(B, H, T, T)``, as before), ``.reshape(B, n_layers, H, T, T)`` separates them.
+        ``dropout_key`` (training only) drops ``config.dropout`` of the embeddings and of every
+        attention and FFN output; without it (evaluation) nothing is dropped."""
         x = self.embed(tokens)  # (B, T, d)
+        L = self.config.n_layers
+        dks = [None] * (L + 1) if dropout_key is None else list(jax.random.split(dropout_key, L + 1))
+        x = dropout(x, self.config.dropout, dks[L])
         weights = []
-        for block, k in zip(self.blocks, self._layer_keys(key)):
-            x, w = block(x, key=k)  # (B, T, d), (B, H, T, T)
+        for block, k, dk in zip(self.blocks, self._layer_keys(key), dks):
+            x, w = block(x, key=k, dropout_key=dk)  # (B, T, d), (B, H, T, T)
             weights.append(w)
         logits = self.ln_f(x) @ self.head  # (B, T, n_out)
         return (logits, jnp.concatenate(weights, axis=1)) if return_weights else logits

@@ -23,7 +23,7 @@ from isingattn import atomic
 from isingattn import validate as V
 from isingattn.engine import get
 from isingattn.errors import IsingInputError, RunFolderError
-from isingattn.models import brackets, shakespeare
+from isingattn.models import brackets, mqar, shakespeare
 from isingattn.models.app.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
 from isingattn.models.train import compare_variants, TrainConfig
@@ -33,14 +33,16 @@ from isingattn.models.app.runlock import FolderLock
 
 VARIANTS = ("softmax", "hJ", "h", "J")
 METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0),
-          "brackets-hard": ("test_acc", "test accuracy (%)", 100.0)}
+          "brackets-hard": ("test_acc", "test accuracy (%)", 100.0), "mqar": ("test_acc", "recall accuracy (%)", 100.0)}
 BRACKET_TASKS = ("brackets", "brackets-hard")
 # What a Cell leaves at None, per task. brackets-hard (issue 13): each kind is its own Dyck word, shuffled with the
 # others, so the closer's kind selects which tokens matter (a query-independent average cannot); filler tokens;
 # test shapes never seen in training; 1000 training strings, so that softmax is not at its ceiling at T=16.
 # The measurements behind these values: DESIGN.md, "The bracket tasks".
 TASK_DEFAULTS = {"shakespeare": {"n_train": 20000}, "brackets": {"n_train": 20000},
-                 "brackets-hard": {"n_train": 1000, "filler": 0.25, "split": "shape", "interleaved": True}}
+                 "brackets-hard": {"n_train": 1000, "filler": 0.25, "split": "shape", "interleaved": True},
+                 "mqar": {"n_train": 20000, "pairs": 8, "mqar_vocab": 65}}
+HELDOUT = ("test", "valid")  # what a cell scores its runs on (the logs call it test_acc either way)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,14 @@ class Cell:
     filler: Optional[float] = None  # chance that a step is a filler token (brackets.sample_dyck)
     split: Optional[str] = None  # "shape": test shapes unseen in training; "string": test strings unseen
     interleaved: Optional[bool] = None  # each kind its own Dyck word (brackets.sample_dyck)
+    # issue 32: a learned position-pair field, dropout, weight decay, the first seed, the scored split, MQAR
+    pair_bias: bool = False  # a learned field per head and position pair (Config.pair_bias): the pairwise control
+    dropout: float = 0.0  # Config.dropout
+    weight_decay: float = 0.01  # TrainConfig.weight_decay
+    seed0: int = 0  # the seeds are seed0 .. seed0 + seeds - 1 (more seeds for a cell of another part)
+    heldout: str = "test"  # "valid": scored on a validation split drawn like the test set, apart from it (tuning)
+    pairs: Optional[int] = None  # mqar only: key-value pairs per string
+    mqar_vocab: Optional[int] = None  # mqar only: vocabulary (blank, keys, values)
 
     def __post_init__(self):
         if self.task in TASK_DEFAULTS:  # the task's own values for what was left at None (frozen: set them directly)
@@ -96,6 +106,15 @@ class Cell:
             if getattr(self, name) is not None:
                 V.positive_int(name, getattr(self, name), owner="Cell")
         V.boolean("rel_bias", self.rel_bias, owner="Cell")
+        V.boolean("pair_bias", self.pair_bias, owner="Cell")
+        V.float_in("dropout", self.dropout, 0.0, 1.0, hi_open=True, owner="Cell")
+        V.float_in("weight_decay", self.weight_decay, 0.0, owner="Cell")
+        V.nonneg_int("seed0", self.seed0, owner="Cell")
+        V.choice("heldout", self.heldout, HELDOUT, owner="Cell")
+        if (self.pairs is not None or self.mqar_vocab is not None) != (self.task == "mqar"):
+            raise IsingInputError("pairs and mqar_vocab apply to task 'mqar' (and it needs both).")
+        if self.task == "mqar":
+            mqar.check(self.seq_len, self.pairs, self.mqar_vocab)
         self._check_hard()
         low = 2 if self.task in BRACKET_TASKS else 1
         even = self.task in BRACKET_TASKS and not self.filler  # filler tokens can pad a string to any length
@@ -138,25 +157,37 @@ class Cell:
             tail += "-decayJ"
         if self.rel_bias:
             tail += "-relbias"
-        return f"{self.part}/T{self.seq_len}{tail}"
+        return f"{self.part}/T{self.seq_len}{tail}{self._tail32()}"
+
+    def _tail32(self) -> str:
+        """The name's tail for issue 32's fields (empty at their defaults, so older names stay)."""
+        tail = "-pairbias" if self.pair_bias else ""
+        if self.task == "mqar":
+            tail += f"-n{self.pairs}-v{self.mqar_vocab}" + ("" if self.d_model == 64 else f"-d{self.d_model}")
+        tail += "" if self.lr == 3e-3 else f"-lr{self.lr:g}"
+        tail += "" if self.weight_decay == 0.01 else f"-wd{self.weight_decay:g}"
+        tail += "" if not self.dropout else f"-do{self.dropout:g}"
+        tail += "" if self.heldout == "test" else f"-{self.heldout}"
+        return tail + ("" if not self.seed0 else f"-s{self.seed0}")
 
     def config(self, variant: str, vocab_size: int) -> Config:
-        n_out = vocab_size if self.task == "shakespeare" else self.seq_len
+        n_out = vocab_size if self.task in ("shakespeare", "mqar") else self.seq_len
         return Config(vocab_size=vocab_size, seq_len=self.seq_len, n_out=n_out, d_model=self.d_model,
                       n_heads=self.heads, n_layers=self.layers, ffn=self.ffn, variant=variant,
                       engine=get(self.engine, **dict(self.engine_kw)), J_param=self.J_param, J_band=self.J_band,
-                      rel_bias=self.rel_bias)
+                      rel_bias=self.rel_bias, pair_bias=self.pair_bias, dropout=self.dropout)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, eval_every=self.eval_every,
                            eval_limit=2048 if self.task == "shakespeare" else None,
-                           weight_decay_on=self.weight_decay_on)
+                           weight_decay=self.weight_decay, weight_decay_on=self.weight_decay_on)
 
 
 GRID_DECAY = "all"
 # Cell fields added after cells were committed, with the value those cells were run with.
 LEGACY_CELL = {"weight_decay_on": "all", "J_param": "full", "filler": None, "split": None, "interleaved": None, "layers": 1,
-               "rel_bias": False}
+               "rel_bias": False, "pair_bias": False, "dropout": 0.0, "weight_decay": 0.01, "seed0": 0,
+               "heldout": "test", "pairs": None, "mqar_vocab": None}
 
 
 def grid(quick: bool = False) -> list[Cell]:
@@ -181,7 +212,8 @@ def grid(quick: bool = False) -> list[Cell]:
                  "gibbs": (("num_samples", 64), ("num_warmup", 32))}
     cells += [Cell("annealing", "brackets", T, variants=("hJ",), seeds=3, engine=e, engine_kw=kw)
               for T in (8, 12) for e, kw in annealers.items()]
-    return [dataclasses.replace(c, weight_decay_on=GRID_DECAY) for c in cells] + study(annealers)
+    from isingattn.models.app import parts  # issue 32's parts
+    return [dataclasses.replace(c, weight_decay_on=GRID_DECAY) for c in cells] + study(annealers) + parts.cells()
 
 
 BAND = 8  # the bandwidth of J at T >= 32: Banded(8) is exact for it (its cost grows as 2^BAND)
@@ -261,13 +293,17 @@ def select(cells: list[Cell], only: Optional[str] = None, seq_len: Optional[int]
 
 def cell_data(cell: Cell, data_path: Optional[str] = None):
     """``(vocab_size, data_for_seed, task_meta)``: Shakespeare data is the same for every seed."""
+    valid = {} if cell.heldout == "test" else {"heldout": cell.heldout, "n_valid": cell.n_test}
     if cell.task == "shakespeare":
         return task_data({"task": "shakespeare"}, cell.seq_len, data_path)
+    if cell.task == "mqar":
+        return task_data({"task": "mqar", "pairs": cell.pairs, "vocab": cell.mqar_vocab, "n_train": cell.n_train,
+                          "n_test": cell.n_test, **valid}, cell.seq_len)
     hard = {} if cell.task == "brackets" else {"filler": cell.filler, "split": cell.split,
                                                 "interleaved": cell.interleaved}
     chars = brackets.BRACKETS[: cell.types] + ")]}>"[: cell.types] + ("." if hard.get("filler") else "")
     return task_data({"task": cell.task, "chars": chars, "n_train": cell.n_train, "n_test": cell.n_test,
-                      "depth": cell.depth, "types": cell.types, **hard}, cell.seq_len, data_path)
+                      "depth": cell.depth, "types": cell.types, **hard, **valid}, cell.seq_len, data_path)
 
 
 def task_data(meta: dict, seq_len: int, data_path: Optional[str] = None):
@@ -278,7 +314,11 @@ def task_data(meta: dict, seq_len: int, data_path: Optional[str] = None):
         splits = shakespeare.lm_splits(chars, seq_len)
         return len(chars.chars), lambda seed: splits, {"task": "shakespeare", "chars": chars.chars,
                                                        "corpus_sha256": shakespeare.SHA256}
-    hard = {k: meta[k] for k in ("filler", "split", "interleaved") if k in meta}
+    hard = {k: meta[k] for k in ("filler", "split", "interleaved", "n_valid") if k in meta}
+    scored = (lambda d: (d.train, d.valid)) if meta.get("heldout", "test") == "valid" else (lambda d: (d.train, d.test))
+    if meta["task"] == "mqar":
+        return meta["vocab"], lambda seed: scored(mqar.make_data(jax.random.fold_in(jax.random.PRNGKey(seed), 0x3A7),
+            seq_len, meta["pairs"], meta["vocab"], meta["n_train"], meta["n_test"], meta.get("n_valid", 0))), dict(meta)
 
     def data_for_seed(seed):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 0xB4AC)
@@ -287,7 +327,7 @@ def task_data(meta: dict, seq_len: int, data_path: Optional[str] = None):
             raise IsingInputError(f"brackets at seq_len={seq_len}, depth={meta['depth']}, types={meta['types']} gave "
                                   f"{len(d.train.tokens)} training and {len(d.test.tokens)} test strings; there are "
                                   "too few distinct strings to hold out a test set. Use a longer seq_len.")
-        return d.train, d.test
+        return scored(d)
 
     return len(meta["chars"]), data_for_seed, dict(meta)
 
@@ -336,12 +376,15 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
             atomic.append_line(os.path.join(out, "commands.txt"), command)
         metric = METRIC[cell.task][0]
         t0 = time.perf_counter()
-        results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, range(cell.seeds),
+        seeds = range(cell.seed0, cell.seed0 + cell.seeds)
+        results = compare_variants(lambda v: cell.config(v, vocab), data_for_seed, cell.variants, seeds,
                                    cell.train_config(), out, progress=progress, resume=True, metric=metric,
                                    meta=meta, mesh=mesh, logged=logged)
         _add_wall_time(out, time.perf_counter() - t0)
         atomic.write_json(os.path.join(out, "results.json"),
                           {v: {str(s): x for s, x in r.items()} for v, r in results.items()}, indent=2)
+    from isingattn.models.app import parts
+    parts.on_cell_done(cell, out)  # issue 32's parts: their own README, and no checkpoints left behind
     return results
 
 

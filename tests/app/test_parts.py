@@ -1,0 +1,69 @@
+"""Issue 32's parts: their statistics against scipy and by hand, their cells' names and seeds, and a
+tiny part run end to end (MQAR scored on a validation split, seeds from seed0, no checkpoints kept)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from isingattn.models.app import parts
+from isingattn.models.app.experiments import Cell, grid, run_cell
+
+
+def test_sign_test_and_t_test_match_scipy():
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 10):
+        d = rng.normal(0.3, 1.0, n)
+        w, l, p = parts.sign_p(d)
+        assert (w, l) == (int((d > 0).sum()), int((d < 0).sum()))
+        assert p == pytest.approx(stats.binomtest(w, w + l, 0.5).pvalue)
+        assert parts.t_p(d) == pytest.approx(stats.ttest_1samp(d, 0).pvalue)
+    assert parts.sign_p([1, 2, 3, 4, 5])[2] == pytest.approx(0.0625)  # "ahead on every seed" of 5
+    assert parts.sign_p([0.0, 1.0])[:2] == (1, 0)  # ties dropped
+
+
+def test_holm_by_hand():
+    ps = [0.01, 0.04, 0.03, math.nan, 0.2]
+    # sorted: 0.01*4 = 0.04, 0.03*3 = 0.09, 0.04*2 = 0.08 -> 0.09 (monotone), 0.2*1 = 0.2
+    assert parts.holm(ps)[:3] == pytest.approx([0.04, 0.09, 0.09]) and math.isnan(parts.holm(ps)[3])
+    assert parts.holm(ps)[4] == pytest.approx(0.2)
+
+
+def test_part_cells_are_in_the_grid_with_distinct_names():
+    names = [c.name for c in grid()]
+    assert len(names) == len(set(names))
+    mine = [c for c in grid() if c.part in parts.PARTS]
+    assert {c.part for c in mine} >= {"pairwise", "seeds10", "tuning", "tuned", "mqar"}
+    assert all(c.seed0 == 5 for c in mine if c.part == "seeds10")
+    assert len([c for c in mine if c.part == "tuning"]) == len(parts.SWEEP) == 12
+    assert all(c.heldout == "valid" for c in mine if c.part == "tuning")
+    pair = [c for c in mine if c.part == "pairwise"]
+    assert all(set(c.variants) == {"softmax", "h"} for c in pair if c.pair_bias)
+    assert all(c.variants == ("hJ",) for c in pair if not c.pair_bias)  # hJ rerun under today's code
+
+
+def test_param_counts_add_J_for_hJ_only():
+    rows = parts.param_counts()
+    assert len(rows) == 2 * 3 * 2 * 2
+    r = next(r for r in rows if (r["T"], r["d_model"], r["layers"], r["heads"]) == (16, 64, 1, 1))
+    assert r["J"] == 16 * 16 and r["hJ"] - r["softmax/h"] == r["J"]
+    r64 = next(r for r in rows if (r["T"], r["d_model"], r["layers"], r["heads"]) == (64, 32, 2, 4))
+    assert r64["J"] == 2 * 4 * 9  # toeplitz, band 8: 9 weights per head and layer
+
+
+def test_a_tiny_mqar_part_cell_runs_on_validation_from_seed0_and_writes_its_readme(tmp_path):
+    tiny = dict(steps=20, eval_every=10, d_model=8, batch_size=8, n_train=64, n_test=16, layers=2)
+    cell = Cell("mqar", "mqar", 16, variants=("softmax", "h"), seeds=2, seed0=3, pairs=2, mqar_vocab=9,
+                heldout="valid", **tiny)
+    out = tmp_path / "mqar" / cell.name.split("/", 1)[1]
+    res = run_cell(cell, str(out), progress=False)
+    assert set(res["softmax"]) == {3, 4} and not list(out.glob("ckpt-*.npz"))
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {r["eval_count"] for r in rows} == {16 * 2}  # 16 validation strings, 2 queries each
+    again = run_cell(cell, str(out), progress=False)  # resumed from the log alone: nothing retrained
+    assert again == res and len((out / "metrics.jsonl").read_text().splitlines()) == len(rows)
+    text = (tmp_path / "mqar" / "README.md").read_text()
+    assert "hJ − softmax" in text and "(n=2)" in text
