@@ -21,7 +21,7 @@ import numpy as np
 from isingattn import analysis, atomic
 
 from isingattn.models import checkpoint
-from isingattn.models.app import curves, headline
+from isingattn.models.app import curves, findings, headline, lastkey, statements
 from isingattn.models.app.cells import baseline, load_cells, paired, scale, sibling
 from isingattn.models.app.report import fmt, mean_ci, smoke_note
 
@@ -33,7 +33,9 @@ PAPER = {
     "brackets": "At T=16 hJ beats softmax by +2.89 points (+4.53 without the FFN); the gap grows with T.",
     "annealing": "The paper trained with samples from a simulated diabatic quantum annealer.",
 }
-PAPER["brackets-hard"] = "Not in the paper (issue 13): " + PAPER["brackets"]
+PAPER["brackets-hard"] = ("Not in the paper (issue 13): a bracket task built here, so that softmax is not at its "
+                          "ceiling. The paper's numbers (" + PAPER["brackets"].rstrip(".") + ") are on its own task, "
+                          "the bracket-matching part above; they are not comparable with the gains below.")
 PAPER["shakespeare-long"] = "Not in the paper beyond T=12 (issue 13): the gain over softmax should grow with T."
 PAPER["annealing-hard"] = PAPER["annealing"]
 PAPER["annealing-qpu"] = PAPER["annealing"] + " Its annealer's temperature is not set by the user (issue 14)."
@@ -59,6 +61,7 @@ def _rows(cells, part):
     rows = []
     for c in (c for c in cells if c["part"] == part):
         res, sc = c["results"], scale(c)
+        better = -1.0 if c["task"] == "shakespeare" else 1.0  # perplexity: lower is better
         row = {"part": part, "cell": os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"]))),
                "T": c["seq_len"], "ffn": c["ffn"], "engine": c["engine"], "steps": c["steps"],
                "J_param": c.get("J_param", "full"), "seeds": max(len(r) for r in res.values()),
@@ -71,6 +74,7 @@ def _rows(cells, part):
             d, h, n = paired(res["hJ"], base)
             row["base"] = label
             row["hJ_minus_base"], row["hJ_minus_base_ci95"], row["paired_seeds"] = d * sc, h * sc, n
+            row.update(findings.signs(res["hJ"], base, better, "base"))
             if c["task"] == "shakespeare":
                 row["hJ_rel_pct"], row["hJ_rel_pct_ci95"] = _relative(res["hJ"], base)
         # is the gain J's? hJ against h (sigmoid attention, J = 0), trained in this cell or its sibling
@@ -79,6 +83,7 @@ def _rows(cells, part):
             hs = h_cell["results"]["h"]
             d, hw, n = paired(res["hJ"], hs)
             row["hJ_minus_h"], row["hJ_minus_h_ci95"], row["h_paired_seeds"] = d * sc, hw * sc, n
+            row.update(findings.signs(res["hJ"], hs, better, "h"))
             if c["task"] == "shakespeare":
                 row["hJ_rel_h_pct"], row["hJ_rel_h_pct_ci95"] = _relative(res["hJ"], hs)
         rows.append(row)
@@ -96,7 +101,7 @@ def _md(rows, part) -> str:
     variants = [v for v in ("softmax", "hJ", "h", "J") if any(v in r for r in rows)]
     extra = " | hJ rel. Δ (%)" if "hJ_rel_pct" in "".join(map(str, rows)) else ""
     head = ("| cell | T | FFN | J | seeds | steps | " + " | ".join(variants) + f" | hJ − baseline (paired){extra} | "
-            "wall (s) |\n" + "|---" * (8 + len(variants) + bool(extra)) + "|\n")
+            "p (Holm) | hJ ahead (sign p) | wall (s) |\n" + "|---" * (10 + len(variants) + bool(extra)) + "|\n")
     body = ""
     for r in rows:
         cells = [fmt(r[v], r[v + "_ci95"]) if v in r else "—" for v in variants]
@@ -104,7 +109,8 @@ def _md(rows, part) -> str:
                 if "hJ_minus_base" in r else "—")
         rel = (" | " + (fmt(r["hJ_rel_pct"], r["hJ_rel_pct_ci95"]) if "hJ_rel_pct" in r else "—")) if extra else ""
         body += (f"| {r['cell'].split('/', 1)[-1]} | {r['T']} | {'on' if r['ffn'] else 'off'} | {r['J_param']} | "
-                 f"{r['seeds']} | {r['steps']} | " + " | ".join(cells) + f" | {diff}{rel} | {r['wall_s']:.0f} |\n")
+                 f"{r['seeds']} | {r['steps']} | " + " | ".join(cells) + f" | {diff}{rel} | "
+                 f"{findings.fmt_holm(r, 'base')} | {findings.fmt_sign(r, 'base')} | {r['wall_s']:.0f} |\n")
     return head + body
 
 
@@ -142,15 +148,22 @@ def _read_json(path):
     return json.load(open(path)) if os.path.exists(path) else None
 
 
-def _mean_profile(cell, Js) -> tuple[np.ndarray, int]:
-    """Mean learned J by distance over the seeds, and how many seeds it averages.
+PROFILE_SEEDS = ("**seeds**: the hJ seeds whose J the row averages, \"k of n\" where the cell trained n but kept "
+                 "the J of k (`learned-J.json`); a † marks a mean over n seeds printed when every seed's model still "
+                 "existed, of which only seed 0's J was kept, so that it cannot be recomputed from the committed files.")
+
+
+def _mean_profile(cell, Js) -> tuple[np.ndarray, str]:
+    """Mean learned J by distance over the seeds, and which seeds it averages (:data:`PROFILE_SEEDS`).
 
     Cells trained before ``learned-J.json`` existed keep only seed 0's model; their
     file carries the mean over seeds as the report printed it then (``mean_profile``)."""
     stored = _read_json(os.path.join(cell["folder"], LEARNED_J)) or {}
+    trained = len(cell["results"].get("hJ", {}))
     if "mean_profile" in stored and set(stored["seeds"]) != {str(s) for s in cell["results"].get("hJ", {})}:
-        return np.asarray(stored["mean_profile"]), int(stored["mean_profile_seeds"])
-    return np.mean([analysis.distance_profile(J) for J in Js.values()], axis=0), len(Js)
+        return np.asarray(stored["mean_profile"]), f"{int(stored['mean_profile_seeds'])}†"
+    m = np.mean([analysis.distance_profile(J) for J in Js.values()], axis=0)
+    return m, (f"{len(Js)}" if len(Js) == trained else f"{len(Js)} of {trained}")
 
 
 def _profiles(cells, path):
@@ -302,10 +315,16 @@ def write_report(root: str, quick: bool = False) -> str:
           "Generated by `isingattn reproduce` (tables, CSV and plots are rebuilt from the run files by "
           "`isingattn reproduce --report-only`). Cells: mean ± 95% CI over seeds (Student t); differences are "
           "paired by seed (same initialization and batch order).\n", smoke_note(cells, quick)]
-    every_row = []
+    by_part = {part: _rows(cells, part) for part, _ in PARTS}
+    every_row = [r for rows in by_part.values() for r in rows]
+    fam = findings.family(every_row)  # p and Holm's p into every row, before the tables and CSVs are written
+    if fam["size"]:
+        md.append("\n" + findings.family_note(fam))
+    names = {os.path.relpath(c["folder"], root): c for c in cells}
+    last = {n: lastkey.summary(Js) for n in lastkey.CELLS if n in names and (Js := _hj_couplings(names[n]))}
+    md.append(statements.section(every_row, cells, fam, last))
     for part, title in PARTS:
-        rows = _rows(cells, part)
-        every_row += rows
+        rows = by_part[part]
         if not rows and part not in ("shakespeare", "brackets", "annealing"):
             continue  # issue 13's parts appear once a cell has finished
         md.append(f"\n## {title}\n\nPaper: {PAPER[part]}\n\n{_md(rows, part)}")
@@ -322,8 +341,8 @@ def write_report(root: str, quick: bool = False) -> str:
     if p:
         md.append("\n## The paper's claim: hJ against softmax, by context length\n\n"
                   "Paired by seed (mean ± 95% CI, Student t); positive means hJ did better. Plot: the top row of "
-                  f"`{os.path.basename(p)}`.\n\n{headline.table(every_row)}")
-        grow = headline.growth_table(every_row)
+                  f"`{os.path.basename(p)}`.\n\n{findings.gain_table(every_row)}")
+        grow = findings.growth_table(every_row, fam)
         if grow:
             md.append("\n### Does the gain grow with T?\n\nThe change of the paired gain above from one T to the "
                       "next within a series (same task, FFN and form of J), with Welch's 95% interval (the two "
@@ -331,16 +350,18 @@ def write_report(root: str, quick: bool = False) -> str:
         md.append("\n### Is the gain J's? hJ against h\n\n`h` is the same model with J = 0 (sigmoid attention), "
                   "trained in the cell or, where it is trained once per T, in the cell of the same shape; paired by "
                   "seed, positive means hJ did better. Plot: the bottom row of "
-                  f"`{os.path.basename(p)}`.\n\n{headline.table(every_row, 'h')}")
+                  f"`{os.path.basename(p)}`.\n\n{findings.gain_table(every_row, 'h')}")
     p, prof = _profiles(cells, os.path.join(root, "J-distance-profile.png"))
     if prof:
         width = max(len(m) for m, _ in prof.values())
         md.append("\n## Learned J by distance (hJ, head 0, mean over seeds; blank: beyond the cell's T or band)\n\n"
-                  "| cell | " + " | ".join(f"d={d}" for d in range(1, width + 1)) + " |\n|---" + "|---" * width + "|\n")
-        for name, (m, _) in prof.items():
-            md.append(f"| {name} | " + " | ".join([f"{x:+.3f}" for x in m] + [""] * (width - len(m))) + " |\n")
+                  + PROFILE_SEEDS + "\n\n| cell | seeds | " + " | ".join(f"d={d}" for d in range(1, width + 1))
+                  + " |\n|---|---" + "|---" * width + "|\n")
+        for name, (m, n) in prof.items():
+            md.append(f"| {name} | {n} | " + " | ".join([f"{x:+.3f}" for x in m] + [""] * (width - len(m))) + " |\n")
         md.append(f"\nPlot: `{os.path.basename(p)}`. Heatmaps: " + ", ".join(f"`{h}`" for h in _heatmaps(cells, root))
                   + "\n")
+        md.append(lastkey.section(last, root))
     maps = _attention_maps(cells, root)
     if maps:
         md.append("\nAttention maps (seed 0, head 0, every variant on a fixed input): "

@@ -110,7 +110,10 @@ def test_pairing_and_headline_match_numpy(tmp_path):
         assert got[(f"shakespeare-long, FFN on, {label}", 32)] == pytest.approx(mean_ci(rel) + (3,))
     text = (tmp_path / "README.md").read_text()
     assert "## The paper's claim" in text and "vs exact-trained hJ (n=5)" in text
-    assert "### Is the gain J's? hJ against h" in text and headline.table(rows, "h").splitlines()[2] in text
+    assert "### Is the gain J's? hJ against h" in text
+    # the report's table is the headline's with p, Holm's p and the sign test added (issue 32)
+    line = headline.table(rows, "h").splitlines()[2]
+    assert line.rsplit("|", 2)[0] in text and "| p (Holm) | hJ ahead (sign p) |" in text
 
 
 def test_sample_tokens_fill_odd_lengths_with_the_filler():
