@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _once import once
 from numpyro.diagnostics import effective_sample_size
 
 from isingattn import IsingInputError, IsingModel, IsingTypeError, boltzmann_attention, inference
@@ -281,16 +282,6 @@ def test_marginals_agree_with_exact(name, exact_ref):
         assert err.max() <= _bound(eng), err.max()
 
 
-_EXACT = {}
-
-
-def _exact_once(name, compute):
-    """An Exact reference, computed once per session (it is the same for every engine)."""
-    if name not in _EXACT:
-        _EXACT[name] = compute()
-    return _EXACT[name]
-
-
 def _grad_se(eng, samples, g, beta, causal_J: bool):
     """MCSE of the fluctuation-dissipation gradient estimates of ``L = Σ_q g_q·⟨s⟩_q``:
     ``∂L/∂h_qb = β Cov_q(g_q·s, s_b)`` and ``∂L/∂J_bc = Σ_q ½β Cov_q(g_q·s, s_b s_c)``
@@ -316,8 +307,8 @@ def _compare_grads(eng, got, ref, se=None, which_J=None):
             assert err.max() <= _bound(eng), (k, err.max())
 
 
-def _chain_entries():
-    d = np.abs(np.arange(N)[:, None] - np.arange(N)[None, :])
+def _chain_entries(n=N):
+    d = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
     return d == 1
 
 
@@ -332,7 +323,7 @@ def test_gradients_agree_with_exact(name):
         f = lambda h, J: jnp.sum(w * e.marginals(IsingModel(h, J, BETA), key=k).mean)
         return jax.grad(f, argnums=(0, 1))(model.h, model.J)
 
-    ref = _exact_once(("grad",), lambda: grads(Exact(), None))
+    ref = once(("exact-grad",), lambda: grads(Exact(), None))
     got = grads(eng, key)
     # BP's derivative in a coupling that is zero (off the chain) is its estimate of switching
     # that coupling on, not the exact one (module docstring): compare on the chain's entries.
@@ -357,20 +348,21 @@ class _Given:
 @pytest.mark.parametrize("name", names(slow=SAMPLERS_SLOW + ("dimod", "banded")))
 def test_gradients_through_boltzmann_attention_agree_with_exact(name):
     """``∂L/∂J`` of a causal attention layer. The sampler's MCSE is that of the fluctuation
-    estimate for the cotangent ``g = ∂L/∂⟨s⟩`` taken at the exact marginals."""
-    eng = engine(name)
+    estimate for the cotangent ``g = ∂L/∂⟨s⟩`` taken at the exact marginals. T = 4 keys: three
+    causal buckets, one of two queries (``causal_buckets``), one compiled program fewer than T = 5."""
+    eng, T = engine(name), 4
     rng = np.random.default_rng(2)
-    q, k, v = (jnp.asarray(rng.normal(0, 0.8, (1, N, 3))) for _ in range(3))
-    J = jnp.asarray(_chain_J(rng, N, 0.4))[None]
-    c = jnp.asarray(rng.normal(size=(1, N, 3)))
+    q, k, v = (jnp.asarray(rng.normal(0, 0.8, (1, T, 3))) for _ in range(3))
+    J = jnp.asarray(_chain_J(rng, T, 0.4))[None]
+    c = jnp.asarray(rng.normal(size=(1, T, 3)))
     key = _key(9) if eng.needs_key else None
 
     def loss(J, e, kk):
         return jnp.sum(c * boltzmann_attention(q, k, v, J, engine=e, beta=BETA, key=kk)[0])
 
-    ref = _exact_once(("attention",), lambda: jax.grad(loss)(J, Exact(), None))
+    ref = once(("exact-attention",), lambda: jax.grad(loss)(J, Exact(), None))
     got = jax.grad(loss)(J, eng, key)
-    on_tree = _chain_entries() if getattr(eng, "method", None) == "bp" else None
+    on_tree = _chain_entries(T) if getattr(eng, "method", None) == "bp" else None
     se = None
     if _kind(eng) == "sampler":
         from isingattn.attention import attention_fields
