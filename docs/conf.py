@@ -2,7 +2,7 @@
 
 Build it strictly (warnings are errors, every cross-reference must resolve) with::
 
-    pip install -e ".[docs,qpu]" && sphinx-build -W -n docs docs/_build/html
+    pip install -e ".[docs]" && sphinx-build -W -n docs docs/_build/html
 
 The tutorials (``tutorials/*.md``, MyST-NB text notebooks) are executed at build time and
 cached (``nb_execution_mode = "cache"``), so a rebuild only re-executes an edited tutorial.

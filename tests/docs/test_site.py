@@ -40,7 +40,7 @@ def site(tmp_path_factory):
         import myst_nb  # noqa: F401
         import sphinx  # noqa: F401
     except ImportError as e:
-        pytest.fail(f"the site needs the docs extra ({e}): pip install -e \".[docs,qpu]\"")
+        pytest.fail(f"the site needs the docs extra ({e}): pip install -e \".[docs]\"")
     out = tmp_path_factory.mktemp("site") / "html"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # as a user builds it
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", str(DOCS), str(out)]
