@@ -33,7 +33,9 @@ def disabled(progress: Optional[bool] = None, stream=None) -> bool:
 
 
 def bar(iterable=None, *, progress: Optional[bool] = None, **kwargs):
-    """``tqdm(iterable, **kwargs)`` (``tqdm.auto``) with ``disable`` from :func:`disabled`."""
-    from tqdm.auto import tqdm
+    """``tqdm(iterable, **kwargs)`` with ``disable`` from :func:`disabled`. The plain bar, not
+    ``tqdm.auto``'s: a bar is drawn on a terminal only, and ``tqdm.auto`` warns in a Jupyter
+    kernel without ipywidgets (the docs' tutorials) even when the bar is disabled."""
+    from tqdm import tqdm
 
     return tqdm(iterable, disable=disabled(progress, kwargs.get("file")), **kwargs)
