@@ -15,6 +15,10 @@ from typing import Optional
 
 from isingattn.models.app.report import mean_ci
 
+# per task: the logged metric, its label, and the scale of the tables (accuracy in %)
+METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0),
+          "brackets-hard": ("test_acc", "test accuracy (%)", 100.0), "mqar": ("test_acc", "recall accuracy (%)", 100.0)}
+
 # Parts paired against one variant of another part's exact-engine cell (same task, T, FFN, steps, shape) rather
 # than softmax: (reference part, variant, label). Where no such cell exists, the row falls back to softmax.
 AGAINST = {"annealing": ("brackets", "hJ", "exact-trained hJ"),
@@ -74,8 +78,6 @@ def finished(cell) -> set:
 
 
 def scale(cell) -> float:
-    from isingattn.models.app.experiments import METRIC
-
     return METRIC[cell["task"]][2]
 
 

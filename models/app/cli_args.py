@@ -219,7 +219,7 @@ def _cell_from_args(args, task: str):
 
 def _check_reproduce_args(args) -> None:
     """``reproduce``'s names against the grid, and its output folder, before any cell runs."""
-    from isingattn.models.app.experiments import grid
+    from isingattn.models.app.parts import grid
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
     _check_writable(root, "--out")

@@ -24,6 +24,7 @@ from isingattn import validate as V
 from isingattn.engine import get
 from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models import brackets, mqar, shakespeare
+from isingattn.models.app.cells import METRIC  # per task: the metric, its label and its scale
 from isingattn.models.app.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
 from isingattn.models.train import compare_variants, TrainConfig
@@ -32,8 +33,6 @@ from isingattn.models.transformer import Config
 from isingattn.models.app.runlock import FolderLock
 
 VARIANTS = ("softmax", "hJ", "h", "J")
-METRIC = {"shakespeare": ("test_ppl", "validation perplexity", 1.0), "brackets": ("test_acc", "test accuracy (%)", 100.0),
-          "brackets-hard": ("test_acc", "test accuracy (%)", 100.0), "mqar": ("test_acc", "recall accuracy (%)", 100.0)}
 BRACKET_TASKS = ("brackets", "brackets-hard")
 # What a Cell leaves at None, per task. brackets-hard (issue 13): each kind is its own Dyck word, shuffled with the
 # others, so the closer's kind selects which tokens matter (a query-independent average cannot); filler tokens;
@@ -212,8 +211,7 @@ def grid(quick: bool = False) -> list[Cell]:
                  "gibbs": (("num_samples", 64), ("num_warmup", 32))}
     cells += [Cell("annealing", "brackets", T, variants=("hJ",), seeds=3, engine=e, engine_kw=kw)
               for T in (8, 12) for e, kw in annealers.items()]
-    from isingattn.models.app import parts  # issue 32's parts
-    return [dataclasses.replace(c, weight_decay_on=GRID_DECAY) for c in cells] + study(annealers) + parts.cells()
+    return [dataclasses.replace(c, weight_decay_on=GRID_DECAY) for c in cells] + study(annealers)
 
 
 BAND = 8  # the bandwidth of J at T >= 32: Banded(8) is exact for it (its cost grows as 2^BAND)
@@ -383,8 +381,6 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
         _add_wall_time(out, time.perf_counter() - t0)
         atomic.write_json(os.path.join(out, "results.json"),
                           {v: {str(s): x for s, x in r.items()} for v, r in results.items()}, indent=2)
-    from isingattn.models.app import parts
-    parts.on_cell_done(cell, out)  # issue 32's parts: their own README, and no checkpoints left behind
     return results
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from isingattn.models.app import parts
-from isingattn.models.app.experiments import Cell, grid, run_cell
+from isingattn.models.app.experiments import Cell
+from isingattn.models.app.parts import grid, run_cell
 
 
 def test_sign_test_and_t_test_match_scipy():
@@ -66,4 +67,7 @@ def test_a_tiny_mqar_part_cell_runs_on_validation_from_seed0_and_writes_its_read
     again = run_cell(cell, str(out), progress=False)  # resumed from the log alone: nothing retrained
     assert again == res and len((out / "metrics.jsonl").read_text().splitlines()) == len(rows)
     text = (tmp_path / "mqar" / "README.md").read_text()
-    assert "hJ − softmax" in text and "(n=2)" in text
+    assert "hJ − softmax" in text and "(n=2)" in text and "Still training" not in text
+    (out / "results.json").unlink()  # as a cell still training: its finished runs are read from the log
+    text = parts.write_part(str(tmp_path), "mqar")
+    assert "Still training" in text and "(n=2)" in text

@@ -291,7 +291,7 @@ def test_packed_marginals_without_samples_keep_values_and_gradients():
     """``packed_sample_marginals(keep_samples=False)`` (what Gibbs does when the float
     samples would not fit) gives the values and the gradients of the plain sample path
     from the packed words alone, with masked spins; and the Gibbs engine agrees with
-    itself bit for bit with and without kept samples."""
+    itself with and without kept samples: means bit for bit, ESS to a few ulps."""
     from isingattn.diagnostics import pack_spins
     from isingattn.fluctuation import packed_sample_marginals, sample_marginals
 
@@ -319,7 +319,9 @@ def test_packed_marginals_without_samples_keep_values_and_gradients():
     lean = Gibbs(num_warmup=5, num_samples=40, num_chains=3, keep_samples=False).marginals(model, key=jax.random.PRNGKey(1))
     assert kept.samples.shape == (Q, 120, n) and lean.samples is None
     np.testing.assert_array_equal(kept.mean, lean.mean)
-    np.testing.assert_array_equal(kept.info["ess"], lean.info["ess"])
+    # ESS: the same draws through two compiled programs, whose float reductions may be fused
+    # differently (with XLA:CPU's elemental emitters, which the tests use, 1 ulp at 2 of 12 entries)
+    np.testing.assert_allclose(kept.info["ess"], lean.info["ess"], rtol=4 * np.finfo(np.float64).eps, atol=0)
 
 
 # ----------------------------------------------------------------------------------
