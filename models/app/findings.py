@@ -98,22 +98,6 @@ def gain_table(rows: list[dict], against: str = "softmax") -> str:
     return out
 
 
-def growth_table(rows: list[dict], fam: dict) -> str:
-    """:func:`isingattn.models.app.headline.growth` with p and Holm's p; a change whose interval excludes 0 is bold."""
-    data = headline.growth(rows)
-    if not data:
-        return ""
-    out = ("| panel | series | from T | to T | change of the gain (Welch 95% CI) | df | p (Holm) |\n"
-           "|---|---|---|---|---|---|---|\n")
-    for title, label, T0, T1, d, h, df in data:
-        text = f"{d:+.2f} ± {h:.2f}"
-        p, q = fam["growth"][(title, label, T0, T1)]
-        ps = f"{fmt_p(p)} ({fmt_p(q)})"
-        out += (f"| {title} | {label} | {T0} | {T1} | {f'**{text}**' if abs(d) > h else text} | {df:.1f} | "
-                f"{f'**{ps}**' if q < 0.05 else ps} |\n")
-    return out
-
-
 def family_note(fam: dict) -> str:
     return (f"**p (Holm)**: the two-sided p of the paired t test behind the interval beside it (for perplexity, of "
             f"the relative change, the rel. Δ column) and, in brackets, Holm's adjustment over the family of all "

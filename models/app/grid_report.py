@@ -343,7 +343,7 @@ def write_report(root: str, quick: bool = False) -> str:
         md.append("\n## The paper's claim: hJ against softmax, by context length\n\n"
                   "Paired by seed (mean ± 95% CI, Student t); positive means hJ did better. Plot: the top row of "
                   f"`{os.path.basename(p)}`.\n\n{findings.gain_table(every_row)}")
-        grow = findings.growth_table(every_row, fam)
+        grow = headline.growth_table(every_row, fam["growth"])
         if grow:
             md.append("\n### Does the gain grow with T?\n\nThe change of the paired gain above from one T to the "
                       "next within a series (same task, FFN and form of J), with Welch's 95% interval (the two "

@@ -172,15 +172,24 @@ def growth(rows: list[dict]) -> list[tuple]:
     return out
 
 
-def growth_table(rows: list[dict]) -> str:
-    """:func:`growth` as markdown; a change whose interval excludes 0 is bold."""
+def growth_table(rows: list[dict], p: dict | None = None) -> str:
+    """:func:`growth` as markdown; a change whose interval excludes 0 is bold. ``p``: ``{(panel, series, T0, T1):
+    (p, Holm's p)}`` adds a "p (Holm)" column, bold where Holm's p < 0.05."""
+    from isingattn.models.app.stats import fmt_p
+
     data = growth(rows)
     if not data:
         return ""
-    out = ("| panel | series | from T | to T | change of the gain (Welch 95% CI) | df |\n"
-           "|---|---|---|---|---|---|\n")
+    extra = ("", "") if p is None else (" p (Holm) |", "---|")
+    out = (f"| panel | series | from T | to T | change of the gain (Welch 95% CI) | df |{extra[0]}\n"
+           f"|---|---|---|---|---|---|{extra[1]}\n")
     for title, label, T0, T1, d, h, df in data:
         text = f"{d:+.2f} ± {h:.2f}"
-        out += f"| {title} | {label} | {T0} | {T1} | {f'**{text}**' if abs(d) > h else text} | {df:.1f} |\n"
+        out += f"| {title} | {label} | {T0} | {T1} | {f'**{text}**' if abs(d) > h else text} | {df:.1f} |"
+        if p is not None:
+            raw, q = p[(title, label, T0, T1)]
+            ps = f"{fmt_p(raw)} ({fmt_p(q)})"
+            out += f" {f'**{ps}**' if q < 0.05 else ps} |"
+        out += "\n"
     return out
 
