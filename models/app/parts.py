@@ -40,6 +40,9 @@ DEFAULT = (3e-3, 0.01, 0.0)
 # says so if they differ from these): (lr, weight decay, dropout).
 WINNERS: dict[str, tuple] = {}
 TUNED_SEED0 = 10
+# Sweep runs that raised TrainingDivergedError (non-finite loss) instead of finishing: (cell, variant) -> the step,
+# as the run printed it; the cell was then run without that variant (``--variants``).
+DIVERGED = {("tuning/T16-lr0.01-valid", "h"): 163, ("tuning/T16-lr0.01-do0.1-valid", "h"): 173}
 
 
 def cells() -> list:
@@ -251,8 +254,10 @@ def _tuning(root, mine, every) -> str:
           "within the spread between seeds.\n\n| lr | weight decay | dropout | softmax | h | hJ |\n"
           "|---|---|---|---|---|---|\n")
     for c in sorted(mine, key=lambda c: _setting(c)):
+        name = os.path.relpath(c["folder"], root)
         md += "| {:g} | {:g} | {:g} | ".format(*_setting(c)) + " | ".join(
-            f"{100 * np.mean(list(c['results'][v].values())):.2f}" if c["results"].get(v) else "—"
+            f"{100 * np.mean(list(c['results'][v].values())):.2f}" if c["results"].get(v) else
+            f"diverged (step {DIVERGED[name, v]})" if (name, v) in DIVERGED else "—"
             for v in ("softmax", "h", "hJ")) + " |\n"
     best = winners(mine)
     md += "\nWinner per variant (highest validation accuracy):\n\n"

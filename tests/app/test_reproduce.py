@@ -20,13 +20,12 @@ def test_grid_selection_and_errors():
     full = grid()
     assert {c.part for c in full} == {"shakespeare", "brackets", "annealing", "brackets-hard", "annealing-hard", "annealing-qpu",
                                       "confounds", "positional", "depth", "shakespeare-long", "meanfield",
-                                      "convergence", "pairwise", "seeds10", "tuning", "tuned", "mqar"}  # issue 32
+                                      "convergence"}  # issue 32's parts: parts.grid (tests/app/test_parts.py)
     assert len({c.name for c in full}) == len(full)  # every cell has its own folder
     assert sorted({c.seq_len for c in select(full, "shakespeare")}) == [4, 8, 12, 16]
     assert sorted({(c.seq_len, c.ffn) for c in select(full, "brackets")}) == [
         (T, f) for T in (8, 12, 16, 20) for f in (False, True)]
-    assert all(c.seeds >= 5 for c in select(full, "brackets"))
-    assert all(c.seeds >= 3 for c in full if c.part != "tuning")  # the sweep: one seed per setting
+    assert all(c.seeds >= 5 for c in select(full, "brackets")) and all(c.seeds >= 3 for c in full)
     assert {c.engine for c in select(full, "annealing", 12)} == {"dqa", "sqa", "gibbs"}
     with pytest.raises(ValueError, match="--only"):
         select(full, "nope")
