@@ -30,6 +30,7 @@ import numpy as np
 from isingattn import atomic
 from isingattn.models.app.cells import load_cells, same_shape, wall_seconds, finished as finished_runs
 from isingattn.models.app.report import fmt, mean_ci
+from isingattn.models.app.stats import holm, paired_p, sign_test
 
 PARTS = ("pairwise", "seeds10", "tuning", "tuned", "mqar", "capacity")
 EVERY = dict(eval_every=100)
@@ -99,46 +100,13 @@ def on_cell_done(cell, out: str) -> None:
 # --- statistics -------------------------------------------------------------------------------------------
 
 
-def t_p(d) -> float:
-    """Two-sided p of the paired t test that the mean of ``d`` is 0 (nan below 2 values)."""
-    from scipy import stats
-
-    d = np.asarray(d, float)
-    if len(d) < 2:
-        return math.nan
-    if np.all(d == d[0]):
-        return 0.0 if d[0] else 1.0
-    return float(stats.ttest_1samp(d, 0.0).pvalue)
-
-
-def sign_p(d) -> tuple[int, int, float]:
-    """(wins, losses, exact two-sided sign-test p), ties dropped."""
-    d = np.asarray(d, float)
-    w, l = int((d > 0).sum()), int((d < 0).sum())
-    n = w + l
-    if n == 0:
-        return w, l, 1.0
-    k = min(w, l)
-    return w, l, min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
-
-
-def holm(ps: list) -> list:
-    """Holm-adjusted p-values (nan stays nan)."""
-    idx = [i for i in np.argsort(ps) if not math.isnan(ps[i])]
-    out, run = [math.nan] * len(ps), 0.0
-    for rank, i in enumerate(idx):
-        run = max(run, min(1.0, (len(idx) - rank) * ps[i]))
-        out[i] = run
-    return out
-
-
 def compare_rows(pairs: list) -> str:
     """``pairs``: [(label, a{seed: x}, b{seed: x})]. A table of a − b, paired by seed, Holm over the rows."""
     rows = []
     for label, a, b in pairs:
         common = sorted(set(a) & set(b))
         d = [100 * (a[s] - b[s]) for s in common]
-        rows.append((label, common, d, t_p(d)))
+        rows.append((label, common, d, paired_p(*mean_ci(d), len(d)) if d else math.nan))
     adj = holm([r[3] for r in rows])
     text = ("| comparison (points) | seeds | paired Δ (mean ± 95% CI) | t-test p | Holm p | wins/losses | "
             "sign-test p |\n|---|---|---|---|---|---|---|\n")
@@ -146,7 +114,7 @@ def compare_rows(pairs: list) -> str:
         if not d:
             text += f"| {label} | 0 | — | — | — | — | — |\n"
             continue
-        w, l, sp = sign_p(d)
+        w, l, _, sp = sign_test(d)
         seeds = f"{len(common)} ({common[0]}–{common[-1]})"
         text += f"| {label} | {seeds} | {fmt(*mean_ci(d))} | {p:.2g} | {q:.2g} | {w}/{l} | {sp:.3g} |\n"
     return text

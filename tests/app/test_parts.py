@@ -12,25 +12,31 @@ from isingattn.models.app.experiments import Cell
 from isingattn.models.app.parts import grid, run_cell
 
 
-def test_sign_test_and_t_test_match_scipy():
+def test_the_parts_statistics_match_scipy():
+    """The parts' tables use the report's statistics (models/app/stats.py): checked here on their inputs."""
     from scipy import stats
+
+    from isingattn.models.app.report import mean_ci
+    from isingattn.models.app.stats import paired_p, sign_test
 
     rng = np.random.default_rng(0)
     for n in (3, 5, 10):
         d = rng.normal(0.3, 1.0, n)
-        w, l, p = parts.sign_p(d)
+        w, l, _, p = sign_test(d)
         assert (w, l) == (int((d > 0).sum()), int((d < 0).sum()))
         assert p == pytest.approx(stats.binomtest(w, w + l, 0.5).pvalue)
-        assert parts.t_p(d) == pytest.approx(stats.ttest_1samp(d, 0).pvalue)
-    assert parts.sign_p([1, 2, 3, 4, 5])[2] == pytest.approx(0.0625)  # "ahead on every seed" of 5
-    assert parts.sign_p([0.0, 1.0])[:2] == (1, 0)  # ties dropped
+        assert paired_p(*mean_ci(list(d)), n) == pytest.approx(stats.ttest_1samp(d, 0).pvalue)
+    assert sign_test([1, 2, 3, 4, 5])[3] == pytest.approx(0.0625)  # "ahead on every seed" of 5
+    assert sign_test([0.0, 1.0])[:2] == (1, 0)  # ties dropped
 
 
 def test_holm_by_hand():
+    from isingattn.models.app.stats import holm
+
     ps = [0.01, 0.04, 0.03, math.nan, 0.2]
     # sorted: 0.01*4 = 0.04, 0.03*3 = 0.09, 0.04*2 = 0.08 -> 0.09 (monotone), 0.2*1 = 0.2
-    assert parts.holm(ps)[:3] == pytest.approx([0.04, 0.09, 0.09]) and math.isnan(parts.holm(ps)[3])
-    assert parts.holm(ps)[4] == pytest.approx(0.2)
+    assert holm(ps)[:3] == pytest.approx([0.04, 0.09, 0.09]) and math.isnan(holm(ps)[3])
+    assert holm(ps)[4] == pytest.approx(0.2)
 
 
 def test_part_cells_are_in_the_grid_with_distinct_names():
