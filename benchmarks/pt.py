@@ -146,14 +146,15 @@ def main():
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--rt-replicas", type=int, nargs="+", default=[8, 16, 32])
-    p.add_argument("--rt-steps", type=int, default=4000)
+    p.add_argument("--rt-replicas", type=int, nargs="*", default=[16, 32, 64], help="none: skip the round-trip table")
+    p.add_argument("--rt-steps", type=int, default=20000)
     p.add_argument("--skip-accuracy", action="store_true")
     a = p.parse_args()
     if not a.skip_accuracy:
         accuracy_table()
     throughput_table(a.sizes, a.replicas, a.chains, a.steps, a.repeats)
-    round_trip_table(a.sizes[0], a.rt_replicas, a.chains, a.rt_steps)
+    if a.rt_replicas:
+        round_trip_table(a.sizes[0], a.rt_replicas, a.chains, a.rt_steps)
 
 
 if __name__ == "__main__":

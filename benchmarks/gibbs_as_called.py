@@ -1,0 +1,86 @@
+"""``Gibbs()`` as users call it, against dwave-samplers' SimulatedAnnealingSampler at a fixed β,
+side by side in one run (issue 29's small-n target).
+
+A 64×64 ±J periodic lattice (``h ~ N(0, 0.1²)``, β = 1), 16 chains, 100 draws, no warmup:
+
+* ``eager``: ``Gibbs(num_warmup=0, num_samples=100, num_chains=16).marginals(model, key=k)``
+  with its defaults: diagnostics (split R-hat, ESS, MCSE, frozen), the energy trace, the
+  float samples, and the convergence warning (silenced here, not skipped);
+* ``eager, no samples``: the same with ``keep_samples=False``;
+* ``eager, no diagnostics``: ``diagnostics=False, keep_samples=False``;
+* ``jit``: the default engine inside ``jax.jit``, returning the mean, R-hat, ESS and the
+  energy trace (what a training loop reads);
+* dwave SA: 16 reads of 100 sweeps at ``beta_schedule=[1.0] * 100`` (its final states only).
+
+Best of ``--repeats`` after one warm-up call each, round-robin so both see the same load.
+
+Run:  python benchmarks/gibbs_as_called.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from isingattn import IsingModel, graphs
+from isingattn.inference.mcmc import Gibbs
+
+
+def lattice_model(L: int, beta: float, seed: int = 0) -> IsingModel:
+    g = graphs.lattice((L, L), periodic=True)
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    J = graphs.random_couplings(k1, g, "pm")
+    h = jax.random.normal(k2, (g.n,), jnp.float32) * 0.1
+    return IsingModel(h, J, beta=beta)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--beta", type=float, default=1.0)
+    p.add_argument("--chains", type=int, default=16)
+    p.add_argument("--draws", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=7)
+    a = p.parse_args(argv)
+    import dimod
+    from dwave.samplers import SimulatedAnnealingSampler
+
+    warnings.simplefilter("ignore", RuntimeWarning)  # the convergence warning is computed, not shown
+    model = lattice_model(a.size, a.beta)
+    n, C, D = model.n, a.chains, a.draws
+    kw = dict(num_warmup=0, num_samples=D, num_chains=C)
+    engines = {"eager": Gibbs(**kw), "eager, no samples": Gibbs(**kw, keep_samples=False),
+               "eager, no diagnostics": Gibbs(**kw, diagnostics=False, keep_samples=False)}
+    calls = {name: (lambda e: lambda k: e.marginals(model, key=jax.random.key(k)).mean)(e) for name, e in engines.items()}
+    jitted = jax.jit(lambda k: (lambda m: (m.mean, m.info["r_hat"], m.info["ess"], m.info["energy"]))(
+        engines["eager"].marginals(model, key=jax.random.key(k))))
+    calls["jit"] = jitted
+    g, w = model.J.graph, np.asarray(model.J.weights)
+    bqm = dimod.BQM({i: -float(x) for i, x in enumerate(np.asarray(model.h))},
+                    {(int(u), int(v)): -float(x) for (u, v), x in zip(g.edges, w)}, 0.0, "SPIN")
+    sa = SimulatedAnnealingSampler()
+    calls["dwave SA"] = lambda k: sa.sample(bqm, num_reads=C, beta_schedule_type="custom",
+                                           beta_schedule=[a.beta] * D, seed=k + 1).record.energy
+    for f in calls.values():
+        jax.block_until_ready(f(0))
+    best = {}
+    for r in range(a.repeats):
+        for name, f in calls.items():
+            t = time.perf_counter()
+            jax.block_until_ready(f(r + 1))
+            best[name] = min(best.get(name, np.inf), time.perf_counter() - t)
+    print(f"# {a.size}x{a.size} ±J periodic lattice, h ~ N(0, 0.1²), β = {a.beta}, {C} chains x {D} draws; "
+          f"jax {jax.__version__}, {os.cpu_count()} CPUs, 1-min load average {os.getloadavg()[0]:.2f}; best of {a.repeats}")
+    print("| call | best (ms) | M spin updates/s | / dwave SA |\n|---|---:|---:|---:|")
+    for name, t in best.items():
+        print(f"| {name} | {1e3 * t:.1f} | {n * C * D / t / 1e6:.1f} | {best['dwave SA'] / t:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
