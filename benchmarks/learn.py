@@ -107,7 +107,7 @@ def ours_plm(s, l2, graph=None):
     return J, first, warm, r.info
 
 
-def part_plm(sizes, C: float, rows: list):
+def part_plm(sizes, C: float, rows: list, cases=("all pairs", "graph given")):
     for L in sizes:
         t = time.perf_counter()
         g, h, w, s = lattice_data(L, 20000, seed=L)
@@ -118,6 +118,8 @@ def part_plm(sizes, C: float, rows: list):
         print(f"\n## {L}x{L} lattice: n = {n}, S = {S} (Swendsen–Wang, {gen:.1f} s), l2 = {l2:.3g} (C = {C})", flush=True)
         for graph in (None, g):
             tag = "graph given" if graph is not None else "all pairs"
+            if tag not in cases:
+                continue
             J, first, warm, info = ours_plm(s, l2, graph)
             r_ours = rmse(J, Jt, g.edges)
             print(f"  ours ({tag}): {first:.2f} s (warm {warm:.2f} s), {info['iterations']} iterations, "
@@ -214,6 +216,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10,32", help="lattice sides for part 1")
     ap.add_argument("--C", type=float, default=1.0, help="scikit-learn's C (our l2 = 4/(C S))")
+    ap.add_argument("--cases", default="all,graph", help="part 1's rows: all (all pairs), graph (graph given)")
     ap.add_argument("--skip-100", action="store_true")
     ap.add_argument("--skip-exact", action="store_true")
     ap.add_argument("--child-plm100", help=argparse.SUPPRESS)
@@ -226,7 +229,8 @@ def main():
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__}, scikit-learn {sklearn.__version__}; "
           f"float32; 1-min load average {os.getloadavg()[0]:.2f}")
     plm, big, exact = [], [], []
-    part_plm([int(x) for x in args.sizes.split(",")], args.C, plm)
+    names = {"all": "all pairs", "graph": "graph given"}
+    part_plm([int(x) for x in args.sizes.split(",")], args.C, plm, tuple(names[c] for c in args.cases.split(",")))
     if not args.skip_100:
         part_plm100(big)
     if not args.skip_exact:

@@ -60,7 +60,9 @@ class Data(NamedTuple):
     {-1, +1}; p: ``[S]`` weights normalized to sum 1 (in the fit's dtype); total_weight: the
     weights' sum before normalizing (the number of samples when none were given); mean:
     ``[n]`` ``⟨s_i⟩_data``; pair: ``[E]`` ``⟨s_i s_j⟩_data`` on the pattern's edges; constant:
-    indices of the spins that never change sign.
+    indices of the spins that never change sign; patterns: on a low-degree graph, the
+    local-pattern counts ``(counts [n, P], X [P, d+1])`` of :func:`pattern_counts` (the
+    moments above are computed from them), else None.
     """
 
     spins: np.ndarray
@@ -70,6 +72,7 @@ class Data(NamedTuple):
     pair: np.ndarray
     pattern: Pattern
     constant: tuple
+    patterns: Optional[tuple] = None
 
     @property
     def n(self) -> int:
@@ -200,6 +203,57 @@ def padded_chunks(x: np.ndarray, B: int, fill=0) -> np.ndarray:
     return x.reshape((k, B) + x.shape[1:])
 
 
+PATTERN_ELEMENTS = 2**24  # n · 2^(d+1) pattern counts at most (128 MiB of float64)
+
+
+def pattern_counts(spins, p, graph: Optional[CouplingGraph]):
+    """The weighted counts of every spin's local pattern, ``counts [n, P]`` (``P = 2^(d+1)``,
+    ``Σ_P counts[i] = 1``) and the patterns ``X [P, d+1]`` in ±1: bit ``k`` of pattern ``c`` is
+    ``s_nbr(i, k) > 0`` (bit 0: ``s_i``; padding slots repeat ``s_i`` and carry weight 0).
+    Spin ``i``'s conditional, and every moment on the graph's edges, depend on the data only
+    through these counts (:mod:`isingattn.learn.plm`). One pass over ``spins [S, n]`` (int8)
+    with weights ``p [S]`` (summing to 1), in chunks of rows, in float64; None for all pairs
+    or where the counts would not pay (``2P > S``, or more than ``PATTERN_ELEMENTS``)."""
+    S, n = spins.shape
+    if graph is None:
+        return None
+    d = graph.max_degree
+    P = 2 ** (d + 1)
+    if 2 * P > S or n * P > PATTERN_ELEMENTS:
+        return None
+    cols = np.concatenate([np.arange(n, dtype=np.int64)[:, None], graph.nbr], axis=1)  # [n, d+1]
+    shift = np.arange(d + 1)
+    ct = np.uint8 if d < 8 else np.uint16 if d < 16 else np.uint32  # the codes' type: d+1 bits
+    counts = np.zeros((n, P))
+    B = max(1, 2**24 // n)
+    p = np.asarray(p, np.float64)
+    uniform = bool(np.all(p == p[0]))
+    for a in range(0, S, B):
+        up = np.ascontiguousarray((spins[a:a + B] > 0).T).view(np.uint8)  # [n, b] 0/1, spin-major
+        code = up.astype(ct)
+        for k in range(1, d + 1):
+            code |= up[cols[:, k]].astype(ct) << ct(k)  # row gathers: neighbour k of every spin
+        w = None if uniform else p[a:a + B]
+        # one short bincount per spin (a contiguous row) beats one over n·b flat indices, whose
+        # int64 index array alone costs more than all of these
+        for i in range(n):
+            counts[i] += np.bincount(code[i], weights=w, minlength=P)
+    if uniform:
+        counts *= p[0]
+    X = np.where((np.arange(P)[:, None] >> shift) & 1, 1, -1).astype(np.int8)
+    return counts, X
+
+
+def pattern_moments(counts, X, graph: CouplingGraph):
+    """``⟨s_i⟩ [n]`` and ``⟨s_i s_j⟩ [E]`` (on ``graph.edges``) from :func:`pattern_counts`."""
+    m = counts @ (X[:, :1] * X).astype(np.float64)  # [n, d+1]: ⟨s_i s_nbr(i, k)⟩ (column 0: s_i² = 1)
+    mean = counts @ X[:, 0].astype(np.float64)
+    pair = np.zeros(graph.E)
+    valid = graph.slot < graph.E
+    pair[graph.slot[valid]] = m[:, 1:][valid]
+    return mean, pair
+
+
 def edge_moments(spins, p, edges: np.ndarray, dense: bool, dtype):
     """``⟨s_i⟩ [n]`` and ``⟨s_i s_j⟩ [E]`` (numpy) of int8 spins ``[S, n]`` under weights
     ``p [S]``, in chunks of samples (a GEMM for all pairs, a gather per edge for a graph)."""
@@ -256,8 +310,13 @@ def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, m
                       f"the regularizer (l2 = {l2:g}), not by the data, and their couplings stay near 0.",
                       DataWarning, stacklevel=3)
     p = (w / total).astype(dtype)
-    mean, pair = edge_moments(s, p, pattern.edges, pattern.dense, dtype)
-    return Data(s, p, total, mean, pair, pattern, constant)
+    pc = pattern_counts(s, w / total, pattern.graph)
+    if pc is None:
+        mean, pair = edge_moments(s, p, pattern.edges, pattern.dense, dtype)
+    else:  # the graph's moments are sums over the pattern counts: one pass over the data for both
+        mean, pair = (x.astype(dtype) for x in pattern_moments(*pc, pattern.graph))
+        pc = (pc[0].astype(dtype), pc[1])
+    return Data(s, p, total, mean, pair, pattern, constant, pc)
 
 
 def couplings(pattern: Pattern, w: np.ndarray, *, sparse: bool):

@@ -11,10 +11,16 @@ with ``p_s`` the normalized sample weights. The conditionals are
 
 * all pairs (no graph): the local fields of a chunk of samples are one GEMM ``s J``
   ``[B, n] × [n, n]`` and the gradient one more, ``O(S n²)`` work per evaluation;
-* a graph: the local field is a gather over the neighbour table, ``O(S E)`` work, and the
-  samples are processed in chunks whose ``[B, n, degree]`` gathers stay near 128 MiB, so
-  the memory is the data (``S × n`` int8) plus ``O(n + E)``: a 100×100 lattice never forms
-  an ``n × n`` array.
+* a graph: spin ``i``'s conditional depends on the data only through its local pattern,
+  ``(s_i, s_nbr(i, 1), ..., s_nbr(i, d))``, one of ``P = 2^(d+1)`` values. So the weighted
+  counts ``c [n, P]`` of the patterns are sufficient statistics (:func:`pattern_counts`, one
+  pass over the data when it is prepared, :func:`~isingattn.learn.data.pattern_counts`), and an evaluation is ``O(n P d)``, not ``O(S E)``: the
+  fields of all patterns are one GEMM ``W [n, d] × X [d, P]`` (:class:`PatternObjective`).
+  Used where ``P ≤ S / 2`` and the counts stay small (``data.PATTERN_ELEMENTS``): low degrees
+  (a lattice: ``P = 32``). Otherwise the local field is a gather over the neighbour table,
+  ``O(S E)`` work, and the samples are processed in chunks whose ``[B, n, degree]`` gathers
+  stay near 128 MiB. Either way the memory is the data (``S × n`` int8) plus ``O(n P + E)``
+  or ``O(n + E)``: a 100×100 lattice never forms an ``n × n`` array.
 
 The problem is convex; L-BFGS (OWL-QN with ``l1``, :mod:`isingattn.learn.optimize`) stops
 at ``‖gradient‖_∞ ≤ tol``.
@@ -34,7 +40,7 @@ from isingattn.learn.exact_ml import coupling_mask, start
 from isingattn.learn.optimize import minimize
 from isingattn.learn.score import conditional_log_probs, spin_log_conditionals
 
-__all__ = ["PLMObjective", "fit_plm", "plm_chunks"]
+__all__ = ["PLMObjective", "PatternObjective", "fit_plm", "plm_chunks"]
 
 
 class PLMObjective(NamedTuple):
@@ -84,6 +90,27 @@ class PLMObjective(NamedTuple):
         return f + l2 * (x @ x), g
 
 
+class PatternObjective(NamedTuple):
+    """``fg(x, args)`` of the same objective as :class:`PLMObjective` on a graph, from the
+    pattern counts. args: ``(counts [n, P], X [P, d+1] ±1, beta, l2)`` (:func:`pattern_counts`);
+    column 0 of ``X`` is the spin itself, column ``k`` its ``k``-th neighbour in ``graph.nbr``."""
+
+    n: int
+    graph: CouplingGraph
+
+    def __call__(self, x, args):
+        counts, X, beta, l2 = args
+        n, dt = self.n, x.dtype
+
+        def loss(h, w):
+            W = SparseCouplings(self.graph, w).neighbour_weights()  # [n, d], 0 on padding
+            f = h[:, None] + W @ X[:, 1:].T.astype(dt)  # [n, P]: the field of every pattern
+            return -jnp.sum(counts * spin_log_conditionals(X[:, 0].astype(dt)[None], f, beta))
+
+        f, (gh, gw) = jax.value_and_grad(loss, argnums=(0, 1))(x[:n], x[n:])
+        return f + l2 * (x @ x), jnp.concatenate([gh, gw]) + 2 * l2 * x
+
+
 def plm_chunks(data: Data):
     """The samples and weights in chunks sized for the work arrays: ``[K, B, n]`` (all
     pairs) or spin-major ``[K, n, B]`` (a graph), and ``[K, B]``."""
@@ -111,14 +138,20 @@ def fit_plm(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     if tol is None:
         tol = 1e-6 if dt == np.float64 else 1e-4
     max_iter = 1000 if max_iter is None else max_iter
-    xs, ps = plm_chunks(data)
-    args = (xs, ps, pattern.edges[:, 0], pattern.edges[:, 1], np.asarray(beta, dt), np.asarray(l2, dt))
-    fg = PLMObjective(n, pattern.graph)
+    pc = data.patterns
+    if pc is not None:  # sufficient statistics: O(n 2^(d+1)) per evaluation
+        args = (pc[0], pc[1], np.asarray(beta, dt), np.asarray(l2, dt))
+        fg = PatternObjective(n, pattern.graph)
+    else:
+        xs, ps = plm_chunks(data)
+        args = (xs, ps, pattern.edges[:, 0], pattern.edges[:, 1], np.asarray(beta, dt), np.asarray(l2, dt))
+        fg = PLMObjective(n, pattern.graph)
     x0 = start(data, beta, init, 'fit(method="plm")')
     mask = coupling_mask(pattern, dt)
     x, _, info = minimize(fg, x0, args, tol=tol, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
                        desc="fit plm")
     h, w = x[:n], x[n:]
     penalty = float(l2 * (x @ x) + l1 * np.sum(np.abs(w)))
-    info.update(tol=tol, pseudo_log_likelihood=-(info["objective"] - penalty))
+    info.update(tol=tol, pseudo_log_likelihood=-(info["objective"] - penalty),
+                plm_path="pattern counts" if pc is not None else "samples")
     return h, w, info

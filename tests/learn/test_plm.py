@@ -39,19 +39,51 @@ def test_dense_plm_matches_scipy_on_the_same_objective(l1):
     np.testing.assert_allclose(r.info["pseudo_log_likelihood"], -f, rtol=1e-9)
 
 
-def test_graph_plm_matches_scipy_and_keeps_the_pattern():
+@pytest.mark.parametrize("path", ["pattern counts", "samples"])
+def test_graph_plm_matches_scipy_and_keeps_the_pattern(path, monkeypatch):
     """On a graph the couplings off it stay exactly 0, and the rest are the reference's
-    optimum on the edge list; a networkx graph gives the same fit."""
-    s, _ = _data(seed=1, n=8, S=300)
+    optimum on the edge list (with weights, and with L1), from the pattern counts (the
+    default at this degree) and from the samples; a networkx graph gives the same fit."""
+    import isingattn.learn.data as data
+
+    if path == "samples":
+        monkeypatch.setattr(data, "PATTERN_ELEMENTS", 0)
+    s, rng = _data(seed=1, n=8, S=300)
     g = graphs.lattice((2, 4))
-    p = np.full(len(s), 1 / len(s))
-    ref = scipy_plm(s.astype(float), p, 1.0, 1e-3, g.edges)
-    r = fit(s, method="plm", graph=g, l2=1e-3, tol=1e-10, dtype=np.float64, check_moments=False)
-    J = np.asarray(r.model.J)
-    np.testing.assert_allclose(J, symmetric(8, g.edges, ref[8:]), atol=2e-6)
-    np.testing.assert_allclose(np.asarray(r.model.h), ref[:8], atol=2e-6)
-    r2 = fit(s, method="plm", graph=g.to_networkx(), l2=1e-3, tol=1e-10, dtype=np.float64, check_moments=False)
+    c = rng.integers(1, 4, len(s)).astype(float)
+    for l1 in (0.0, 0.3):
+        ref = scipy_plm(s.astype(float), c / c.sum(), 1.0, 1e-3, g.edges, l1=l1)
+        r = fit(s, method="plm", graph=g, weights=c, l1=l1, l2=1e-3, tol=1e-10, dtype=np.float64,
+                check_moments=False)
+        assert r.info["plm_path"] == path and r.info["converged"], r.info
+        J = np.asarray(r.model.J)
+        np.testing.assert_allclose(J, symmetric(8, g.edges, ref[8:]), atol=2e-6)
+        np.testing.assert_allclose(np.asarray(r.model.h), ref[:8], atol=2e-6)
+    assert np.sum(ref[8:] == 0) >= 1 and np.array_equal(J[g.edges[:, 0], g.edges[:, 1]] == 0, ref[8:] == 0)
+    r2 = fit(s, method="plm", graph=g.to_networkx(), weights=c, l1=l1, l2=1e-3, tol=1e-10, dtype=np.float64,
+             check_moments=False)
     np.testing.assert_allclose(np.asarray(r2.model.J), J, atol=1e-9)
+
+
+@pytest.mark.parametrize("path", ["pattern counts", "samples"])
+def test_graph_moments_against_numpy(path, monkeypatch):
+    """The data's moments on a graph's edges (from the pattern counts, or from the samples)
+    against weighted numpy averages; the counts of each spin sum to 1."""
+    import isingattn.learn.data as data
+
+    if path == "samples":
+        monkeypatch.setattr(data, "PATTERN_ELEMENTS", 0)
+    rng = np.random.default_rng(11)
+    g = graphs.lattice((3, 5))  # open: degrees 2-4, so padded neighbour slots too
+    s = rng.choice(np.array([-1, 1], np.int8), size=(500, g.n), p=[0.3, 0.7])
+    c = rng.integers(1, 5, len(s)).astype(float)
+    d = data.prepare(s, graph=g, weights=c, dtype=np.float64)
+    assert (d.patterns is not None) == (path == "pattern counts")
+    q = c / c.sum()
+    np.testing.assert_allclose(d.mean, q @ s, atol=1e-12)
+    np.testing.assert_allclose(d.pair, q @ (s[:, g.edges[:, 0]] * s[:, g.edges[:, 1]]).astype(float), atol=1e-12)
+    if d.patterns is not None:
+        np.testing.assert_allclose(d.patterns[0].sum(1), 1.0, atol=1e-12)
 
 
 def test_plm_recovers_a_strip_model_sampled_exactly():
