@@ -162,7 +162,8 @@ class Cell:
         """The name's tail for issue 32's fields (empty at their defaults, so older names stay)."""
         tail = "-pairbias" if self.pair_bias else ""
         if self.task == "mqar":
-            tail += f"-n{self.pairs}-v{self.mqar_vocab}" + ("" if self.d_model == 64 else f"-d{self.d_model}")
+            tail += f"-n{self.pairs}-v{self.mqar_vocab}"
+        tail += "" if self.d_model == 64 else f"-d{self.d_model}"
         tail += "" if self.lr == 3e-3 else f"-lr{self.lr:g}"
         tail += "" if self.weight_decay == 0.01 else f"-wd{self.weight_decay:g}"
         tail += "" if not self.dropout else f"-do{self.dropout:g}"

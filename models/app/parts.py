@@ -10,7 +10,8 @@
 - ``tuned``: the setting each variant won, retrained with fresh seeds (10-14) and scored on
   test, against the untuned setting at the same seeds.
 - ``mqar``: multi-query associative recall (``isingattn.models.mqar``), the four-way ablation.
-- ``capacity``: the parameter count of every configuration (no runs).
+- ``capacity``: the parameter count of every configuration, and the paired gain against it for the configurations
+  trained (d_model 32 and 128 here, 64 from the brackets-hard cell, two layers of four heads from the depth cell).
 
 Their cells keep no checkpoints once finished (``metrics.jsonl`` and ``results.json`` hold
 every result, and the study's report, which draws attention maps from checkpoints, stays
@@ -23,14 +24,14 @@ import dataclasses
 import glob
 import math
 import os
-from typing import Optional
 
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.cells import load_cells, same_shape, wall_seconds, finished as finished_runs
+from isingattn.models.app.cells import load_cells, wall_seconds, finished as finished_runs
+from isingattn.models.app.capacity import capacity_readme
+from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ
 from isingattn.models.app.report import fmt, mean_ci
-from isingattn.models.app.stats import holm, paired_p, sign_test
 
 PARTS = ("pairwise", "seeds10", "tuning", "tuned", "mqar", "capacity")
 EVERY = dict(eval_every=100)
@@ -41,6 +42,7 @@ DEFAULT = (3e-3, 0.01, 0.0)
 # says so if they differ from these): (lr, weight decay, dropout).
 WINNERS: dict[str, tuple] = {"softmax": (3e-3, 0.1, 0.0), "h": (1e-3, 0.1, 0.0), "hJ": (3e-3, 0.1, 0.0)}
 TUNED_SEED0 = 10
+CAPACITY_D = (32, 128)
 # Sweep runs that raised TrainingDivergedError (non-finite loss) instead of finishing: (cell, variant) -> the step,
 # as the run printed it; the cell was then run without that variant (``--variants``).
 DIVERGED = {("tuning/T16-lr0.01-valid", "h"): 163, ("tuning/T16-lr0.01-do0.1-valid", "h"): 173}
@@ -66,6 +68,9 @@ def cells() -> list:
     by_setting[DEFAULT] = sorted(set(by_setting[DEFAULT]) | {"softmax", "h", "hJ"})  # the untuned, same seeds
     out += [Cell("tuned", seq_len=16, variants=tuple(vs), seeds=5, seed0=TUNED_SEED0, lr=lr, weight_decay=wd,
                  dropout=do, **hard) for (lr, wd, do), vs in by_setting.items()]
+    # capacity (part 5), the affordable slice: d_model 32 and 128 at one layer and head, T = 16; d_model 64 is the
+    # brackets-hard cell, two layers of four heads the depth cell
+    out += [Cell("capacity", seq_len=16, variants=("softmax", "h", "hJ"), seeds=3, d_model=d, **hard) for d in CAPACITY_D]
     mq = dict(task="mqar", variants=VARIANTS, seeds=3, layers=2, steps=1500, n_train=20000, **EVERY)
     out += [Cell("mqar", seq_len=64, pairs=8, mqar_vocab=65, d_model=32, **BAND, **mq)]
     return out
@@ -100,41 +105,7 @@ def on_cell_done(cell, out: str) -> None:
 # --- statistics -------------------------------------------------------------------------------------------
 
 
-def compare_rows(pairs: list) -> str:
-    """``pairs``: [(label, a{seed: x}, b{seed: x})]. A table of a − b, paired by seed, Holm over the rows."""
-    rows = []
-    for label, a, b in pairs:
-        common = sorted(set(a) & set(b))
-        d = [100 * (a[s] - b[s]) for s in common]
-        rows.append((label, common, d, paired_p(*mean_ci(d), len(d)) if d else math.nan))
-    adj = holm([r[3] for r in rows])
-    text = ("| comparison (points) | seeds | paired Δ (mean ± 95% CI) | t-test p | Holm p | wins/losses | "
-            "sign-test p |\n|---|---|---|---|---|---|---|\n")
-    for (label, common, d, p), q in zip(rows, adj):
-        if not d:
-            text += f"| {label} | 0 | — | — | — | — | — |\n"
-            continue
-        w, l, _, sp = sign_test(d)
-        seeds = f"{len(common)} ({common[0]}–{common[-1]})"
-        text += f"| {label} | {seeds} | {fmt(*mean_ci(d))} | {p:.2g} | {q:.2g} | {w}/{l} | {sp:.3g} |\n"
-    return text
-
-
-def means_row(label: str, named: list) -> str:
-    return f"| {label} | " + " | ".join("—" if not r else f"{fmt(*mean_ci(list(r.values())), 100)} (n={len(r)})"
-                                      for _, r in named) + " |\n"
-
-
 # --- the parts' READMEs -----------------------------------------------------------------------------------
-
-
-def _find(cells_, part, like, **want) -> Optional[dict]:
-    from isingattn.models.app.experiments import LEGACY_CELL
-
-    for c in cells_:
-        if c["part"] == part and same_shape(c, like) and all(c.get(k, LEGACY_CELL.get(k)) == v for k, v in want.items()):
-            return c
-    return None
 
 
 def _shape(c) -> str:
@@ -146,16 +117,6 @@ def _seconds(cs) -> float:
     return sum(x for x in (c["wall_s"] for c in cs) if not math.isnan(x))
 
 
-def rerun_hJ(every, like) -> tuple[dict, str]:
-    """hJ of ``like``'s shape rerun under today's code (part pairwise, no B) if there is one, else the committed
-    brackets-hard cell's; and where it came from."""
-    for part, want in (("pairwise", dict(pair_bias=False)), ("brackets-hard", {})):
-        c = _find(every, part, like, J_param=like.get("J_param"), seed0=0, **want)
-        if c is not None and c["results"].get("hJ"):
-            return c["results"]["hJ"], os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))
-    return {}, "none"
-
-
 def _pairwise(root, mine, every) -> str:
     md = ("Learned position-pair field `B[h, i, j]` added to every query's fields (T² parameters **per head**; "
           "these cells have one head), starting at 0 and not weight-decayed, for softmax and h. softmax and h "
@@ -165,7 +126,7 @@ def _pairwise(root, mine, every) -> str:
           "against the committed 98.41%), so they are not bit-reproducible, only statistically comparable. "
           "Positive Δ: the first model did better.\n")
     for c in (c for c in mine if c.get("pair_bias")):
-        ref = _find(every, "brackets-hard", c, J_param=c.get("J_param")) or {"results": {}}
+        ref = find(every, "brackets-hard", c, J_param=c.get("J_param")) or {"results": {}}
         R, B = dict(ref["results"]), c["results"]
         R["hJ"], source = rerun_hJ(every, c)
         named = [("softmax", R.get("softmax")), ("softmax+B", B.get("softmax")), ("h", R.get("h")),
@@ -190,7 +151,7 @@ def _seeds10(root, mine, every) -> str:
     pairs, sources = [], []
     md += "\n| cell | softmax | hJ | h | J |\n|---|---|---|---|---|\n"
     for c in mine:
-        ref = dict((_find(every, "brackets-hard", c) or {"results": {}})["results"])
+        ref = dict((find(every, "brackets-hard", c) or {"results": {}})["results"])
         ref["hJ"], source = rerun_hJ(every, c)
         sources.append(f"{_shape(c)}: {source}")
         pooled = {v: {**ref.get(v, {}), **c["results"].get(v, {})} for v in ("softmax", "hJ", "h", "J")}
@@ -254,7 +215,30 @@ def _tuned(root, mine, every) -> str:
                                ("untuned hJ − untuned softmax", g(untuned, "hJ"), g(untuned, "softmax")),
                                ("untuned hJ − untuned h", g(untuned, "hJ"), g(untuned, "h"))]
                               + [(f"tuned {v} − untuned {v}", g(tuned, v), g(untuned, v)) for v in ("softmax", "h", "hJ")])
+    blocks = untuned_blocks(every, untuned)
+    if blocks:
+        md += ("\nThe untuned setting on every seed trained at T = 16 (FFN on): seeds 0-4 (the brackets-hard cell; hJ "
+               "rerun under today's code), 5-9 (`seeds10`) and 10-14 (this part). Each seed draws its own data split "
+               "(held-out nesting shapes), so the blocks differ in data as well as initialization.\n\n")
+        pooled = [{k: v for _, b in blocks for k, v in b[var].items()} for var in ("hJ", "softmax")]
+        md += compare_rows([(f"hJ − softmax, seeds {lab}", b["hJ"], b["softmax"]) for lab, b in blocks]
+                           + [("hJ − softmax, all seeds pooled", *pooled)])
     return md
+
+
+def untuned_blocks(every, untuned) -> list:
+    """``[(seeds label, {"hJ": {seed: acc}, "softmax": {...}})]``: the untuned T = 16 setting's seed blocks."""
+    like = {"task": "brackets-hard", "seq_len": 16, "ffn": True, "steps": 1500, "d_model": 64}
+    out = []
+    base = find(every, "brackets-hard", like, J_param="full", seed0=0)
+    if base is not None:
+        out.append(("0-4", {"hJ": rerun_hJ(every, base)[0], "softmax": base["results"].get("softmax", {})}))
+    s5 = find(every, "seeds10", like, seed0=5)
+    if s5 is not None:
+        out.append(("5-9", {v: s5["results"].get(v, {}) for v in ("hJ", "softmax")}))
+    if untuned.get("hJ") and untuned.get("softmax"):
+        out.append(("10-14", {v: untuned[v] for v in ("hJ", "softmax")}))
+    return out
 
 
 def _mqar(root, mine, every) -> str:
@@ -271,45 +255,12 @@ def _mqar(root, mine, every) -> str:
     return md
 
 
-def param_counts() -> list[dict]:
-    """Parameters of every capacity configuration (issue 32 part 5), by variant; J_raw counts for hJ only (softmax
-    and h hold it as an unused zero array), the rest for every variant."""
-    import jax
-
-    from isingattn.models.transformer import Config, Transformer
-
-    rows = []
-    for T in (16, 64):
-        for d in (32, 64, 128):
-            for L in (1, 2):
-                for H in (1, 4):
-                    form = {} if T <= 24 else dict(J_param="toeplitz", J_band=8)
-                    cfg = Config(vocab_size=7, seq_len=T, n_out=T, d_model=d, n_heads=H, n_layers=L, **form)
-                    model = jax.eval_shape(lambda: Transformer(cfg, key=jax.random.PRNGKey(0)))
-                    leaves = jax.tree_util.tree_leaves_with_path(model)
-                    n_J = sum(int(np.prod(x.shape)) for p, x in leaves if "J_raw" in jax.tree_util.keystr(p))
-                    total = sum(int(np.prod(x.shape)) for _, x in leaves)
-                    rows.append({"T": T, "d_model": d, "layers": L, "heads": H, "softmax/h": total - n_J,
-                                 "hJ": total, "J": n_J, "pair field B": L * H * T * T})
-    return rows
-
-
-def _capacity(root, mine, every) -> str:
-    rows = param_counts()
-    md = ("Parameter counts of the capacity grid (brackets-hard vocabulary 7, FFN on, 4x FFN; full J at T = 16, "
-          "toeplitz J with band 8 at T = 64). softmax/h: every array but J; hJ adds J (`J_raw`); the last column is "
-          "what the pairwise control's B adds to softmax or h. Stored entries: a full J_raw holds T² per head and layer, "
-          "of which T(T − 1)/2 are free (J is symmetrized, zero diagonal); B holds T² of which the causal T(T + 1)/2 "
-          "are used. No capacity runs were made (not affordable in the issue-32 session: 2 shared CPU cores).\n\n| " + " | ".join(rows[0]) + " |\n" + "|---" * len(rows[0]) + "|\n")
-    return md + "".join("| " + " | ".join(str(v) for v in r.values()) + " |\n" for r in rows)
-
-
 WRITERS = {"pairwise": ("A fair pairwise control: a learned position-pair field B[i, j]", _pairwise),
            "seeds10": ("Ten seeds for the brackets-hard headline cells", _seeds10),
            "tuning": ("Tuning at T = 16: validation accuracy of every setting", _tuning),
            "tuned": ("Tuned against untuned, fresh seeds, test accuracy", _tuned),
            "mqar": ("Multi-query associative recall (MQAR)", _mqar),
-           "capacity": ("Capacity: parameters per configuration", _capacity)}
+           "capacity": ("Capacity: parameters per configuration", capacity_readme)}
 
 
 def unfinished(root: str, part: str) -> list[dict]:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from isingattn.models.app import parts
+from isingattn.models.app import capacity, parts
 from isingattn.models.app.experiments import Cell
 from isingattn.models.app.parts import grid, run_cell
 
@@ -53,7 +53,7 @@ def test_part_cells_are_in_the_grid_with_distinct_names():
 
 
 def test_param_counts_add_J_for_hJ_only():
-    rows = parts.param_counts()
+    rows = capacity.param_counts()
     assert len(rows) == 2 * 3 * 2 * 2
     r = next(r for r in rows if (r["T"], r["d_model"], r["layers"], r["heads"]) == (16, 64, 1, 1))
     assert r["J"] == 16 * 16 and r["hJ"] - r["softmax/h"] == r["J"]
@@ -77,3 +77,20 @@ def test_a_tiny_mqar_part_cell_runs_on_validation_from_seed0_and_writes_its_read
     (out / "results.json").unlink()  # as a cell still training: its finished runs are read from the log
     text = parts.write_part(str(tmp_path), "mqar")
     assert "Still training" in text and "(n=2)" in text
+
+
+def test_compare_rows_pairs_by_common_seeds_by_hand():
+    from isingattn.models.app.pairing import compare_rows
+
+    a = {0: 0.90, 1: 0.95, 2: 0.80, 7: 0.5}  # seed 7 has no partner: left out
+    b = {0: 0.88, 1: 0.90, 2: 0.81}
+    text = compare_rows([("a − b", a, b)])
+    d = np.array([2.0, 5.0, -1.0])  # points
+    half = 4.302652729911275 * d.std(ddof=1) / np.sqrt(3)  # t(0.975, 2)
+    assert "| a − b | 3 (0–2) |" in text and f"{d.mean():.2f} ± {half:.2f}" in text and "| 2/1 |" in text
+
+
+def test_capacity_cells_name_their_width():
+    cap = [c for c in grid() if c.part == "capacity"]
+    assert sorted(c.name for c in cap) == ["capacity/T16-d128", "capacity/T16-d32"]
+    assert all(c.d_model == 64 for c in grid() if c.part not in ("capacity", "mqar"))  # older names unchanged
