@@ -91,6 +91,7 @@ def plot_gain(points, path) -> bool:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     drawn = False
@@ -110,6 +111,7 @@ def plot_gain(points, path) -> bool:
         return False
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("parameters of softmax / h (hJ adds T² = 256 per head and layer)")
     ax.set_ylabel("paired gain (accuracy points)")
     ax.set_title("brackets-hard, T = 16: gain of J against model size (95% CI over seeds)", fontsize=9)

@@ -55,3 +55,24 @@ def rerun_hJ(every, like) -> tuple[dict, str]:
         if c is not None and c["results"].get("hJ"):
             return c["results"]["hJ"], os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))
     return {}, "none"
+
+
+T16 = {"task": "brackets-hard", "seq_len": 16, "ffn": True, "steps": 1500, "d_model": 64}
+
+
+def untuned_blocks(every, untuned, variants=("hJ", "softmax", "h")) -> list:
+    """``[(seeds label, {variant: {seed: acc}})]``: brackets-hard T = 16 (FFN on) at the untuned setting, by
+    block of seeds: 0-4 (the brackets-hard cell, hJ from its rerun), 5-9 (``seeds10``), 10-14 (``untuned``,
+    the ``tuned`` part's results at the untuned setting; empty: none)."""
+    out = []
+    base = find(every, "brackets-hard", T16, J_param="full", seed0=0)
+    if base is not None:
+        R = dict(base["results"])
+        R["hJ"] = rerun_hJ(every, base)[0]
+        out.append(("0-4", {v: R.get(v) or {} for v in variants}))
+    s5 = find(every, "seeds10", T16, seed0=5)
+    if s5 is not None:
+        out.append(("5-9", {v: s5["results"].get(v) or {} for v in variants}))
+    if all(untuned.get(v) for v in variants):
+        out.append(("10-14", {v: untuned[v] for v in variants}))
+    return out

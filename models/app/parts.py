@@ -29,8 +29,9 @@ import numpy as np
 
 from isingattn import atomic
 from isingattn.models.app.cells import load_cells, wall_seconds, finished as finished_runs
+from isingattn.models.app import controls
 from isingattn.models.app.capacity import capacity_readme
-from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ
+from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ, untuned_blocks
 from isingattn.models.app.report import fmt, mean_ci
 
 PARTS = ("pairwise", "seeds10", "tuning", "tuned", "mqar", "capacity")
@@ -200,9 +201,7 @@ def _tuned(root, mine, every) -> str:
     md = (f"The winner of `tuning` for each variant retrained with fresh seeds ({TUNED_SEED0}-{TUNED_SEED0 + 4}) and "
           "scored on the test split, against the untuned setting (lr 0.003, weight decay 0.01, no dropout) at the "
           "same seeds. Paired by seed (same data and initialization).\n")
-    untuned = next((c for c in mine if _setting(c) == DEFAULT), {"results": {}})["results"]
-    tuned = {v: next((c["results"][v] for c in mine if _setting(c) == tuple(s) and v in c["results"]), {})
-             for v, s in WINNERS.items()}
+    untuned, tuned = tuned_results(mine)
     md += "\n| variant | setting | untuned | tuned |\n|---|---|---|---|\n"
     for v in ("softmax", "h", "hJ"):
         s = WINNERS.get(v)
@@ -215,7 +214,7 @@ def _tuned(root, mine, every) -> str:
                                ("untuned hJ − untuned softmax", g(untuned, "hJ"), g(untuned, "softmax")),
                                ("untuned hJ − untuned h", g(untuned, "hJ"), g(untuned, "h"))]
                               + [(f"tuned {v} − untuned {v}", g(tuned, v), g(untuned, v)) for v in ("softmax", "h", "hJ")])
-    blocks = untuned_blocks(every, untuned)
+    blocks = untuned_blocks(every, untuned, ("hJ", "softmax"))
     if blocks:
         md += ("\nThe untuned setting on every seed trained at T = 16 (FFN on): seeds 0-4 (the brackets-hard cell; hJ "
                "rerun under today's code), 5-9 (`seeds10`) and 10-14 (this part). Each seed draws its own data split "
@@ -226,19 +225,12 @@ def _tuned(root, mine, every) -> str:
     return md
 
 
-def untuned_blocks(every, untuned) -> list:
-    """``[(seeds label, {"hJ": {seed: acc}, "softmax": {...}})]``: the untuned T = 16 setting's seed blocks."""
-    like = {"task": "brackets-hard", "seq_len": 16, "ffn": True, "steps": 1500, "d_model": 64}
-    out = []
-    base = find(every, "brackets-hard", like, J_param="full", seed0=0)
-    if base is not None:
-        out.append(("0-4", {"hJ": rerun_hJ(every, base)[0], "softmax": base["results"].get("softmax", {})}))
-    s5 = find(every, "seeds10", like, seed0=5)
-    if s5 is not None:
-        out.append(("5-9", {v: s5["results"].get(v, {}) for v in ("hJ", "softmax")}))
-    if untuned.get("hJ") and untuned.get("softmax"):
-        out.append(("10-14", {v: untuned[v] for v in ("hJ", "softmax")}))
-    return out
+def tuned_results(mine) -> tuple[dict, dict]:
+    """``(untuned, tuned)``, each ``{variant: {seed: accuracy}}``, from the ``tuned`` part's cells ``mine``."""
+    untuned = next((c for c in mine if _setting(c) == DEFAULT), {"results": {}})["results"]
+    tuned = {v: next((c["results"][v] for c in mine if _setting(c) == tuple(s) and v in c["results"]), {})
+             for v, s in WINNERS.items()}
+    return untuned, tuned
 
 
 def _mqar(root, mine, every) -> str:
@@ -303,6 +295,7 @@ def write_part(root: str, part: str) -> str:
                  "finish them; it resumes run by run.\n")
     os.makedirs(os.path.join(root, part), exist_ok=True)
     atomic.write_text(os.path.join(root, part, "README.md"), text)
+    controls.plot(every, *tuned_results([c for c in every if c["part"] == "tuned"]), os.path.join(root, "controls.png"))
     return text
 
 

@@ -1,0 +1,115 @@
+"""The headline's companion figure for issue 32 (``results/reproduce/controls.png``): hJ's paired gain against
+the new controls and on the second task, one panel per question, at most six entries a panel.
+
+1. brackets-hard T = 16: hJ against softmax and h over every seed trained (0-14), against softmax and h with a
+   learned position-pair field B, and tuned hJ against tuned softmax and h (fresh seeds 10-14);
+2. brackets-hard T = 24: against softmax and h (seeds 0-4, and 5-9 where trained) and against softmax + B, h + B;
+3. capacity: the gain against the parameter count (:mod:`~isingattn.models.app.capacity`);
+4. MQAR: hJ against softmax, h and J at each T trained.
+
+Each entry is the mean paired difference by seed with its 95% t interval; above 0, hJ did better.
+"""
+
+from __future__ import annotations
+
+import os
+
+from isingattn.models.app.capacity import capacity_points
+from isingattn.models.app.pairing import T16, find, rerun_hJ, untuned_blocks
+from isingattn.models.app.report import mean_ci
+
+
+def _diff(a: dict, b: dict) -> list:
+    return [100 * (a[s] - b[s]) for s in sorted(set(a or {}) & set(b or {}))]
+
+
+def _pool(blocks, v) -> dict:
+    return {k: x for _, b in blocks for k, x in (b.get(v) or {}).items()}
+
+
+def _seeds(a: dict, b: dict) -> str:
+    s = sorted(set(a or {}) & set(b or {}))
+    return f"{s[0]}-{s[-1]}" if s else "none"
+
+
+def entries(every, untuned: dict, tuned: dict) -> dict:
+    """``{panel title: [(label, [paired differences in points])]}`` for the categorical panels; ``untuned`` and
+    ``tuned``: ``{variant: {seed: accuracy}}`` of the ``tuned`` part (:func:`~isingattn.models.app.parts.tuned_results`)."""
+    out = {}
+    blocks = untuned_blocks(every, untuned, ("hJ", "softmax", "h"))
+    hJ = _pool(blocks, "hJ")
+    rows = [(f"softmax, seeds {_seeds(hJ, _pool(blocks, 'softmax'))}", _diff(hJ, _pool(blocks, "softmax"))),
+            (f"h, seeds {_seeds(hJ, _pool(blocks, 'h'))}", _diff(hJ, _pool(blocks, "h")))]
+    for T, title in ((16, "T16"), (24, "T24")):
+        like = {**T16, "seq_len": T}
+        B = (find(every, "pairwise", like, pair_bias=True) or {"results": {}})["results"]
+        base = find(every, "brackets-hard", like, J_param="full", seed0=0)
+        hj_b = rerun_hJ(every, base)[0] if base is not None else {}
+        more = []
+        if T == 24 and base is not None:
+            s5 = (find(every, "seeds10", like, seed0=5) or {"results": {}})["results"]
+            pooled = {v: {**(base["results"].get(v) or {}), **(s5.get(v) or {})} for v in ("softmax", "h")}
+            hj = {**hj_b, **(s5.get("hJ") or {})}
+            more = [(f"{v}, seeds {_seeds(hj, pooled[v])}", _diff(hj, pooled[v])) for v in ("softmax", "h")]
+        more += [(f"{v} + B, seeds {_seeds(hj_b, B.get(v))}", _diff(hj_b, B.get(v))) for v in ("softmax", "h")]
+        if T == 16:
+            more += [(f"tuned {v} (tuned hJ), seeds {_seeds(tuned.get('hJ'), tuned.get(v))}",
+                      _diff(tuned.get("hJ"), tuned.get(v))) for v in ("softmax", "h")]
+            out["brackets-hard, T = 16, FFN on: hJ against"] = rows + more
+        else:
+            out["brackets-hard, T = 24, FFN on: hJ against"] = more
+    for c in (c for c in every if c["part"] == "mqar"):
+        R = c["results"]
+        out[f"MQAR, T = {c['seq_len']}, {c['pairs']} pairs, d_model {c['d_model']}: hJ against"] = [
+            (f"{v}, seeds {_seeds(R.get('hJ'), R.get(v))}", _diff(R.get("hJ"), R.get(v))) for v in ("softmax", "h", "J")]
+    return out
+
+
+def plot(every, untuned: dict, tuned: dict, path: str) -> bool:
+    """Draw the figure (module docstring) to ``path`` (atomically); False when there is nothing to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = {k: [(lab, d) for lab, d in v if len(d) >= 2] for k, v in entries(every, untuned, tuned).items()}
+    panels = {k: v for k, v in panels.items() if v}
+    points = capacity_points([c for c in every if c["part"] == "capacity"], every)
+    n = len(panels) + bool(points)
+    if not n:
+        return False
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.2), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels.items()):
+        for k, (label, d) in enumerate(rows):
+            m, c = mean_ci(d)
+            ax.errorbar([k], [m], yerr=[c], fmt="o", color=f"C{k}", capsize=4)
+        ax.set_xticks(range(len(rows)), [lab for lab, _ in rows], rotation=35, ha="right", fontsize=8)
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("paired gain of hJ (accuracy points)")
+    if points:
+        ax = axes[0][-1]
+        for k, (other, colour) in enumerate((("softmax", "C0"), ("h", "C1"))):
+            xs, ms, cs = [], [], []
+            for _, p_sm, _, R, _ in points:
+                d = _diff(R.get("hJ"), R.get(other))
+                if len(d) >= 2:
+                    m, c = mean_ci(d)
+                    xs.append(p_sm * (1.03 if k else 1 / 1.03)), ms.append(m), cs.append(c)
+            ax.errorbar(xs, ms, yerr=cs, fmt="o-", color=colour, capsize=3, label=f"hJ − {other}")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set_xlabel("parameters of softmax / h")
+        ax.set_title("brackets-hard, T = 16: gain against model size", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.suptitle("hJ against the controls of issue 32, paired by seed (mean ± 95% CI); above 0: hJ better",
+                 fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
