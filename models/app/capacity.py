@@ -70,7 +70,8 @@ def capacity_readme(root, mine, every) -> str:
            "variants × 3 seeds did not fit the session's two shared cores): d_model 32 and 128 with one layer and "
            "head (this part, seeds 0-2), d_model 64 with one layer and head (the brackets-hard cell, seeds 0-4; hJ "
            "rerun under today's code) and with two layers of four heads (the depth cell, seeds 0-2). Same data "
-           "and settings otherwise (lr 0.003, weight decay 0.01, 1,500 steps).\n\n"
+           "and settings otherwise (lr 0.003, weight decay 0.01, 1,500 steps). —: no finished run (a run that "
+           "diverged, a non-finite loss, is listed in `parts.DIVERGED`; the cell then ran without that variant).\n\n"
            "| configuration | params softmax/h | params hJ | cell | softmax | h | hJ |\n|---|---|---|---|---|---|---|\n")
     pairs = []
     for label, p_sm, p_hj, R, src in points:
