@@ -78,6 +78,7 @@ def cells() -> list:
     out += [Cell("capacity", seq_len=16, variants=("softmax", "h", "hJ"), seeds=3, d_model=d, **hard) for d in CAPACITY_D]
     mq = dict(task="mqar", variants=VARIANTS, seeds=5, layers=2, steps=1500, n_train=20000, **EVERY)
     out += [Cell("mqar", seq_len=64, pairs=8, mqar_vocab=65, d_model=32, **BAND, **mq)]
+    out += [Cell("mqar", seq_len=128, pairs=16, mqar_vocab=65, d_model=32, **BAND, **{**mq, "seeds": 3})]
     return out
 
 
