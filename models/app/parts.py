@@ -322,10 +322,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     todo = [c for c in cells() if (a.only in (None, c.part)) and a.cell in (None, c.name)]
     for cell in [] if a.report_only else todo:
-        if a.variants:
-            vs = tuple(v for v in cell.variants if v in a.variants.split(","))
-            if not vs:
-                continue
+        # a variant that diverged in a cell is not retried (its cell ran without it, as its commands.txt says)
+        vs = tuple(v for v in cell.variants if (cell.name, v) not in DIVERGED
+                   and (not a.variants or v in a.variants.split(",")))
+        if not vs:
+            continue
+        if vs != cell.variants:
             cell = dataclasses.replace(cell, variants=vs)
         print(f"{cell.name}: {', '.join(cell.variants)}", flush=True)
         run_cell(cell, os.path.join(a.root, cell.name), progress=False,
