@@ -95,3 +95,16 @@ def test_capacity_cells_name_their_width():
     cap = [c for c in grid() if c.part == "capacity"]
     assert sorted(c.name for c in cap) == ["capacity/T16-d128", "capacity/T16-d32"]
     assert all(c.d_model == 64 for c in grid() if c.part not in ("capacity", "mqar"))  # older names unchanged
+
+
+def test_a_diverged_variant_is_not_retried(monkeypatch, tmp_path):
+    """A (cell, variant) in DIVERGED is dropped when its cell runs again; the other variants still run."""
+    cell = Cell("tuning", "brackets-hard", 16, variants=("softmax", "h", "hJ"), seeds=1, lr=1e-2)
+    ran = []
+    monkeypatch.setattr(parts, "cells", lambda: [cell])
+    monkeypatch.setattr(parts, "run_cell", lambda c, out, **kw: ran.append(c.variants))
+    monkeypatch.setattr(parts, "write_part", lambda root, part: None)
+    monkeypatch.setattr(parts, "DIVERGED", {(cell.name, "h"): 5})
+    parts.main(["--cell", cell.name, "--root", str(tmp_path)])
+    parts.main(["--cell", cell.name, "--root", str(tmp_path), "--variants", "h"])  # nothing left to run
+    assert ran == [("softmax", "hJ")]
