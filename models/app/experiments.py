@@ -163,7 +163,8 @@ class Cell:
         tail = "-pairbias" if self.pair_bias else ""
         if self.task == "mqar":
             tail += f"-n{self.pairs}-v{self.mqar_vocab}"
-        tail += "" if self.d_model == 64 else f"-d{self.d_model}"
+        if self.task == "mqar" or self.part == "capacity":  # where cells of one part differ in width
+            tail += "" if self.d_model == 64 else f"-d{self.d_model}"
         tail += "" if self.lr == 3e-3 else f"-lr{self.lr:g}"
         tail += "" if self.weight_decay == 0.01 else f"-wd{self.weight_decay:g}"
         tail += "" if not self.dropout else f"-do{self.dropout:g}"
