@@ -154,10 +154,15 @@ def _iterate(state: OptState, args, l1, mask, tol, max_iter, fg, steps: int) -> 
 
 
 _iterate_jit = jax.jit(_iterate, static_argnames=("fg", "steps"))
+# For objectives that cost microseconds (PLM from pattern counts), compiling is the whole first call:
+# XLA:CPU's unoptimized backend with its elemental emitters compiles the L-BFGS program ~2.4x faster
+# (0.93 -> 0.39 s measured), and the run is a few ms either way. GEMM-bound objectives run ~3x slower so.
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+_iterate_fast_jit = jax.jit(_iterate, static_argnames=("fg", "steps"), compiler_options=_FAST_COMPILE)
 
 
 def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mask=None, memory: int = 10,
-             chunk: int = 10, progress=None, desc: str = "fit"):
+             chunk: int = 10, progress=None, desc: str = "fit", cheap: bool = False):
     """Minimize ``f(x) + l1 Σ mask|x|`` (module docstring).
 
     Args:
@@ -167,6 +172,8 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
         tol: stop when the pseudo-gradient's largest entry is at most ``tol``.
         l1_mask: ``[P]`` 1 where the L1 term applies (default: everywhere).
         progress: tqdm bar (True or None: only on a terminal; False: never; :mod:`isingattn.progress`).
+        cheap: ``fg`` costs little to run (no large GEMM): on a CPU backend the program is compiled
+            for a quick compile rather than a quick run.
     Returns:
         ``(x [P], g [P], info)``: the point and the smooth part's gradient there (numpy), and ``iterations``, ``evaluations``, ``grad_norm``, ``objective`` and
         ``converged`` (host values) and ``status`` (``"converged"``, ``"max_iter"`` or
@@ -179,11 +186,12 @@ def minimize(fg, x0, args, *, tol: float, max_iter: int, l1: float = 0.0, l1_mas
     mask = np.ones_like(x0) if l1_mask is None else np.asarray(l1_mask, dt)
     l1_a, tol_a, it_max = np.asarray(l1, dt), np.asarray(tol, dt), np.asarray(max_iter, np.int32)
     state = init_state(x0, memory)
+    iterate = _iterate_fast_jit if cheap and jax.default_backend() == "cpu" else _iterate_jit
     bar = progress_bar(total=max_iter, desc=desc, progress=progress, leave=False, mininterval=1.0)
     done = 0
     try:
         while True:
-            state = _iterate_jit(state, args, l1_a, mask, tol_a, it_max, fg=fg, steps=chunk)
+            state = iterate(state, args, l1_a, mask, tol_a, it_max, fg=fg, steps=chunk)
             it, status, gn = int(state.it), int(state.status), float(state.gnorm)
             bar.update(it - done)
             bar.set_postfix(grad=f"{gn:.2e}", refresh=False)

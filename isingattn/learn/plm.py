@@ -149,7 +149,7 @@ def fit_plm(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[floa
     x0 = start(data, beta, init, 'fit(method="plm")')
     mask = coupling_mask(pattern, dt)
     x, _, info = minimize(fg, x0, args, tol=tol, max_iter=max_iter, l1=l1, l1_mask=mask, progress=progress,
-                       desc="fit plm")
+                          desc="fit plm", cheap=pc is not None)
     h, w = x[:n], x[n:]
     penalty = float(l2 * (x @ x) + l1 * np.sum(np.abs(w)))
     info.update(tol=tol, pseudo_log_likelihood=-(info["objective"] - penalty),
