@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-from isingattn.models.app.pairing import compare_rows, find, rerun_hJ
+from isingattn import atomic
+from isingattn.models.app.pairing import T16, compare_rows, find, paired_diff, rerun_hJ
 from isingattn.models.app.report import fmt, mean_ci
 
 
@@ -38,8 +39,7 @@ def capacity_points(mine, every) -> list:
     """The trained capacity configurations at T = 16, FFN on: ``[(label, params of softmax/h, params of hJ, R)]``,\n    ``R`` the results by variant (hJ of the d_model-64 cell from its rerun, see :func:`rerun_hJ`)."""
     counts = {(r["T"], r["d_model"], r["layers"], r["heads"]): r for r in param_counts()}
     points = []
-    like = {"task": "brackets-hard", "seq_len": 16, "ffn": True, "steps": 1500, "d_model": 64}
-    base = find(every, "brackets-hard", like, J_param="full", seed0=0)
+    base = find(every, "brackets-hard", T16, J_param="full", seed0=0)
     depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == 16), None)
     cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine]
     if base is not None:
@@ -86,41 +86,46 @@ def capacity_readme(root, mine, every) -> str:
     return md
 
 
-def plot_gain(points, path) -> bool:
-    """The paired gain (hJ − softmax, hJ − h; mean ± 95% CI over seeds) against softmax's parameter count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_gain(ax, points) -> bool:
+    """On ``ax``: the paired gain (hJ − softmax, hJ − h; mean ± 95% CI over seeds, at least 2) of
+    :func:`capacity_points` against softmax's parameter count (log axis). False when no point has 2 seeds."""
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
     drawn = False
     for k, (other, colour) in enumerate((("softmax", "C0"), ("h", "C1"))):
         xs, ms, cs = [], [], []
         for _, p_sm, _, R, _ in points:
-            a, b = R.get("hJ") or {}, R.get(other) or {}
-            d = [100 * (a[s] - b[s]) for s in sorted(set(a) & set(b))]
+            d = paired_diff(R.get("hJ"), R.get(other))
             if len(d) >= 2:
                 m, c = mean_ci(d)
-                xs.append(p_sm * (1.03 if k else 1 / 1.03)), ms.append(m), cs.append(c)
+                xs.append(p_sm * (1.03 if k else 1 / 1.03)), ms.append(m), cs.append(c)  # side by side
         if xs:
             ax.errorbar(xs, ms, yerr=cs, fmt="o-", color=colour, capsize=3, label=f"hJ − {other}")
             drawn = True
-    if not drawn:
+    if drawn:
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.legend(fontsize=8)
+    return drawn
+
+
+def plot_gain(points, path) -> bool:
+    """:func:`draw_gain` as its own figure at ``path`` (atomically); False when there is nothing to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    if not draw_gain(ax, points):
         plt.close(fig)
         return False
-    ax.axhline(0, color="0.5", lw=0.8)
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("parameters of softmax / h (hJ adds T² = 256 per head and layer)")
     ax.set_ylabel("paired gain (accuracy points)")
     ax.set_title("brackets-hard, T = 16: gain of J against model size (95% CI over seeds)", fontsize=9)
-    ax.legend(fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
+    atomic.savefig(fig, path, dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
     return True

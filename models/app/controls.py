@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import os
 
-from isingattn.models.app.capacity import capacity_points
-from isingattn.models.app.pairing import T16, find, rerun_hJ, untuned_blocks
+from isingattn import atomic
+from isingattn.models.app.capacity import capacity_points, draw_gain
+from isingattn.models.app.pairing import T16, find, paired_diff, rerun_hJ, untuned_blocks
 from isingattn.models.app.report import mean_ci
-
-
-def _diff(a: dict, b: dict) -> list:
-    return [100 * (a[s] - b[s]) for s in sorted(set(a or {}) & set(b or {}))]
 
 
 def _pool(blocks, v) -> dict:
@@ -38,8 +35,8 @@ def entries(every, untuned: dict, tuned: dict) -> dict:
     out = {}
     blocks = untuned_blocks(every, untuned, ("hJ", "softmax", "h"))
     hJ = _pool(blocks, "hJ")
-    rows = [(f"softmax, seeds {_seeds(hJ, _pool(blocks, 'softmax'))}", _diff(hJ, _pool(blocks, "softmax"))),
-            (f"h, seeds {_seeds(hJ, _pool(blocks, 'h'))}", _diff(hJ, _pool(blocks, "h")))]
+    rows = [(f"softmax, seeds {_seeds(hJ, _pool(blocks, 'softmax'))}", paired_diff(hJ, _pool(blocks, "softmax"))),
+            (f"h, seeds {_seeds(hJ, _pool(blocks, 'h'))}", paired_diff(hJ, _pool(blocks, "h")))]
     for T, title in ((16, "T16"), (24, "T24")):
         like = {**T16, "seq_len": T}
         B = (find(every, "pairwise", like, pair_bias=True) or {"results": {}})["results"]
@@ -50,18 +47,18 @@ def entries(every, untuned: dict, tuned: dict) -> dict:
             s5 = (find(every, "seeds10", like, seed0=5) or {"results": {}})["results"]
             pooled = {v: {**(base["results"].get(v) or {}), **(s5.get(v) or {})} for v in ("softmax", "h")}
             hj = {**hj_b, **(s5.get("hJ") or {})}
-            more = [(f"{v}, seeds {_seeds(hj, pooled[v])}", _diff(hj, pooled[v])) for v in ("softmax", "h")]
-        more += [(f"{v} + B, seeds {_seeds(hj_b, B.get(v))}", _diff(hj_b, B.get(v))) for v in ("softmax", "h")]
+            more = [(f"{v}, seeds {_seeds(hj, pooled[v])}", paired_diff(hj, pooled[v])) for v in ("softmax", "h")]
+        more += [(f"{v} + B, seeds {_seeds(hj_b, B.get(v))}", paired_diff(hj_b, B.get(v))) for v in ("softmax", "h")]
         if T == 16:
             more += [(f"tuned {v} (tuned hJ), seeds {_seeds(tuned.get('hJ'), tuned.get(v))}",
-                      _diff(tuned.get("hJ"), tuned.get(v))) for v in ("softmax", "h")]
+                      paired_diff(tuned.get("hJ"), tuned.get(v))) for v in ("softmax", "h")]
             out["brackets-hard, T = 16, FFN on: hJ against"] = rows + more
         else:
             out["brackets-hard, T = 24, FFN on: hJ against"] = more
     for c in (c for c in every if c["part"] == "mqar"):
         R = c["results"]
         out[f"MQAR, T = {c['seq_len']}, {c['pairs']} pairs, d_model {c['d_model']}: hJ against"] = [
-            (f"{v}, seeds {_seeds(R.get('hJ'), R.get(v))}", _diff(R.get("hJ"), R.get(v))) for v in ("softmax", "h", "J")]
+            (f"{v}, seeds {_seeds(R.get('hJ'), R.get(v))}", paired_diff(R.get("hJ"), R.get(v))) for v in ("softmax", "h", "J")]
     return out
 
 
@@ -71,7 +68,6 @@ def plot(every, untuned: dict, tuned: dict, path: str) -> bool:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     panels = {k: [(lab, d) for lab, d in v if len(d) >= 2] for k, v in entries(every, untuned, tuned).items()}
     panels = {k: v for k, v in panels.items() if v}
@@ -90,26 +86,13 @@ def plot(every, untuned: dict, tuned: dict, path: str) -> bool:
         ax.set_ylabel("paired gain of hJ (accuracy points)")
     if points:
         ax = axes[0][-1]
-        for k, (other, colour) in enumerate((("softmax", "C0"), ("h", "C1"))):
-            xs, ms, cs = [], [], []
-            for _, p_sm, _, R, _ in points:
-                d = _diff(R.get("hJ"), R.get(other))
-                if len(d) >= 2:
-                    m, c = mean_ci(d)
-                    xs.append(p_sm * (1.03 if k else 1 / 1.03)), ms.append(m), cs.append(c)
-            ax.errorbar(xs, ms, yerr=cs, fmt="o-", color=colour, capsize=3, label=f"hJ − {other}")
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.axhline(0, color="0.5", lw=0.8)
+        draw_gain(ax, points)
         ax.set_xlabel("parameters of softmax / h")
         ax.set_title("brackets-hard, T = 16: gain against model size", fontsize=9)
-        ax.legend(fontsize=8)
     fig.suptitle("hJ against the controls of issue 32, paired by seed (mean ± 95% CI); above 0: hJ better",
                  fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    atomic.savefig(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
     return True

@@ -12,12 +12,18 @@ from isingattn.models.app.report import fmt, mean_ci
 from isingattn.models.app.stats import holm, paired_p, sign_test
 
 
+def paired_diff(a: Optional[dict], b: Optional[dict]) -> list:
+    """``100 (a[s] − b[s])`` (points) over the seeds ``s`` both ``{seed: x}`` hold, in seed order."""
+    a, b = a or {}, b or {}
+    return [100 * (a[s] - b[s]) for s in sorted(set(a) & set(b))]
+
+
 def compare_rows(pairs: list) -> str:
     """``pairs``: [(label, a{seed: x}, b{seed: x})]. A table of a − b, paired by seed, Holm over the rows."""
     rows = []
     for label, a, b in pairs:
         common = sorted(set(a) & set(b))
-        d = [100 * (a[s] - b[s]) for s in common]
+        d = paired_diff(a, b)
         rows.append((label, common, d, paired_p(*mean_ci(d), len(d)) if d else math.nan))
     adj = holm([r[3] for r in rows])
     text = ("| comparison (points) | seeds | paired Δ (mean ± 95% CI) | t-test p | Holm p | wins/losses | "
@@ -44,7 +50,6 @@ def find(cells_, part, like, **want) -> Optional[dict]:
         if c["part"] == part and same_shape(c, like) and all(c.get(k, LEGACY_CELL.get(k)) == v for k, v in want.items()):
             return c
     return None
-
 
 
 def rerun_hJ(every, like) -> tuple[dict, str]:
