@@ -35,24 +35,30 @@ def param_counts() -> list[dict]:
     return rows
 
 
-def capacity_points(mine, every) -> list:
-    """The trained capacity configurations at T = 16, FFN on: ``[(label, params of softmax/h, params of hJ, R)]``,\n    ``R`` the results by variant (hJ of the d_model-64 cell from its rerun, see :func:`rerun_hJ`)."""
+SHAPES = ((1, 1), (1, 4), (2, 1), (2, 4))  # (layers, heads) of the grid
+
+
+def capacity_points(mine, every) -> list[dict]:
+    """The trained capacity configurations at T = 16, FFN on, fewest parameters first: dicts of ``label``,
+    ``d_model``, ``layers``, ``heads``, ``params`` (softmax/h), ``params_hJ``, ``results`` (by variant; hJ of the
+    d_model-64 cell from its rerun, see :func:`rerun_hJ`) and ``cell`` (its folder under the root)."""
     counts = {(r["T"], r["d_model"], r["layers"], r["heads"]): r for r in param_counts()}
-    points = []
     base = find(every, "brackets-hard", T16, J_param="full", seed0=0)
     depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == 16), None)
-    cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine]
+    cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine if c["seq_len"] == 16]
     if base is not None:
         R = dict(base["results"])
         R["hJ"] = rerun_hJ(every, base)[0] or R.get("hJ", {})
         cells_.append(({**base, "results": R}, 64, 1, 1))
     if depth is not None:
         cells_.append((depth, 64, depth.get("layers", 2), depth.get("heads", 4)))
-    for c, d, L, H in sorted(cells_, key=lambda t: counts[(16, t[1], t[2], t[3])]["hJ"]):
+    points = []
+    for c, d, L, H in cells_:
         r = counts[(16, d, L, H)]
-        points.append((f"d_model {d}, {L} layer(s) x {H} head(s)", r["softmax/h"], r["hJ"], c["results"],
-                       os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))))
-    return points
+        points.append(dict(label=f"d_model {d}, {L} layer(s) x {H} head(s)", d_model=d, layers=L, heads=H,
+                           params=r["softmax/h"], params_hJ=r["hJ"], results=c["results"],
+                           cell=os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))))
+    return sorted(points, key=lambda p: p["params_hJ"])
 
 
 def capacity_readme(root, mine, every) -> str:
@@ -66,64 +72,73 @@ def capacity_readme(root, mine, every) -> str:
     points = capacity_points(mine, every)
     if not points:
         return md
-    md += ("\n### Trained: brackets-hard, T = 16, FFN on\n\nOnly these configurations were trained (the grid's 24 × 3 "
-           "variants × 3 seeds did not fit the session's two shared cores): d_model 32 and 128 with one layer and "
-           "head (this part, seeds 0-2), d_model 64 with one layer and head (the brackets-hard cell, seeds 0-4; hJ "
-           "rerun under today's code) and with two layers of four heads (the depth cell, seeds 0-2). Same data "
-           "and settings otherwise (lr 0.003, weight decay 0.01, 1,500 steps). —: no finished run (a run that "
-           "diverged, a non-finite loss, is listed in `parts.DIVERGED`; the cell then ran without that variant).\n\n"
+    done = {(p["d_model"], p["layers"], p["heads"]) for p in points}
+    missing = [f"d_model {d} {L}x{H}" for d in (32, 64, 128) for L, H in SHAPES if (d, L, H) not in done]
+    md += ("\n### Trained: brackets-hard, T = 16, FFN on\n\n"
+           f"{len(points)} of the 12 configurations at T = 16 have finished runs"
+           + (f" (not yet: {', '.join(missing)})" if missing else "") + ". None at T = 64: hJ there costs about an "
+           "hour a run at two layers of four heads on this machine. Seeds 0-2 in this part's cells; d_model 64 with "
+           "one layer and head is the brackets-hard cell (seeds 0-4, hJ rerun under today's code), with two layers "
+           "of four heads the depth cell (seeds 0-2). Same data and settings otherwise (lr 0.003, weight decay 0.01, "
+           "1,500 steps), untuned at every width. —: no finished run (a run that diverged, a non-finite loss, is "
+           "listed in `parts.DIVERGED`; the cell then ran without that variant).\n\n"
            "| configuration | params softmax/h | params hJ | cell | softmax | h | hJ |\n|---|---|---|---|---|---|---|\n")
     pairs = []
-    for label, p_sm, p_hj, R, src in points:
-        md += f"| {label} | {p_sm:,} | {p_hj:,} | {src} | " + " | ".join(
+    for p in points:
+        R = p["results"]
+        md += f"| {p['label']} | {p['params']:,} | {p['params_hJ']:,} | {p['cell']} | " + " | ".join(
             "—" if not R.get(v) else f"{fmt(*mean_ci(list(R[v].values())), 100)} (n={len(R[v])})"
             for v in ("softmax", "h", "hJ")) + " |\n"
-        pairs += [(f"{label}: hJ − softmax", R.get("hJ") or {}, R.get("softmax") or {}),
-                  (f"{label}: hJ − h", R.get("hJ") or {}, R.get("h") or {})]
+        pairs += [(f"{p['label']}: hJ − softmax", R.get("hJ") or {}, R.get("softmax") or {}),
+                  (f"{p['label']}: hJ − h", R.get("hJ") or {}, R.get("h") or {})]
     md += "\n" + compare_rows(pairs)
     if plot_gain(points, os.path.join(root, "capacity", "gain_vs_params.png")):
         md += "\n![paired gain against parameters](gain_vs_params.png)\n"
     return md
 
 
-def draw_gain(ax, points) -> bool:
-    """On ``ax``: the paired gain (hJ − softmax, hJ − h; mean ± 95% CI over seeds, at least 2) of
-    :func:`capacity_points` against softmax's parameter count (log axis). False when no point has 2 seeds."""
+def draw_gain(ax, points, other: str) -> bool:
+    """On ``ax``: the paired gain hJ − ``other`` (mean ± 95% CI over seeds, at least 2) of :func:`capacity_points`
+    against softmax's parameter count (log axis), one line per shape (layers x heads) through its widths. False when
+    no point has 2 seeds."""
     import matplotlib.ticker
 
     drawn = False
-    for k, (other, colour) in enumerate((("softmax", "C0"), ("h", "C1"))):
+    for k, (L, H) in enumerate(SHAPES):
         xs, ms, cs = [], [], []
-        for _, p_sm, _, R, _ in points:
-            d = paired_diff(R.get("hJ"), R.get(other))
+        for p in (p for p in points if (p["layers"], p["heads"]) == (L, H)):
+            d = paired_diff(p["results"].get("hJ"), p["results"].get(other))
             if len(d) >= 2:
                 m, c = mean_ci(d)
-                xs.append(p_sm * (1.03 if k else 1 / 1.03)), ms.append(m), cs.append(c)  # side by side
+                xs.append(p["params"] * 1.04 ** (k - 1.5)), ms.append(m), cs.append(c)  # side by side
         if xs:
-            ax.errorbar(xs, ms, yerr=cs, fmt="o-", color=colour, capsize=3, label=f"hJ − {other}")
+            ax.errorbar(xs, ms, yerr=cs, fmt="osD^"[k] + "-", color=f"C{k}", capsize=3, label=f"{L} x {H}")
             drawn = True
     if drawn:
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, title="layers x heads", title_fontsize=8)
+        ax.set_xlabel("parameters of softmax / h")
+        ax.set_ylabel(f"hJ − {other} (accuracy points)")
     return drawn
 
 
 def plot_gain(points, path) -> bool:
-    """:func:`draw_gain` as its own figure at ``path`` (atomically); False when there is nothing to draw."""
+    """:func:`draw_gain` against softmax and against h, side by side, at ``path`` (atomically); False when there
+    is nothing to draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    if not draw_gain(ax, points):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    drawn = [draw_gain(ax, points, other) for ax, other in zip(axes, ("softmax", "h"))]
+    if not any(drawn):
         plt.close(fig)
         return False
-    ax.set_xlabel("parameters of softmax / h (hJ adds T² = 256 per head and layer)")
-    ax.set_ylabel("paired gain (accuracy points)")
-    ax.set_title("brackets-hard, T = 16: gain of J against model size (95% CI over seeds)", fontsize=9)
+    fig.suptitle("brackets-hard, T = 16: paired gain of J against model size (95% CI over seeds; "
+                 "widths 32, 64, 128 left to right; hJ adds T² = 256 per head and layer)", fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic.savefig(fig, path, dpi=120)

@@ -4,7 +4,8 @@ the new controls and on the second task, one panel per question, at most six ent
 1. brackets-hard T = 16: hJ against softmax and h over every seed trained (0-14), against softmax and h with a
    learned position-pair field B, and tuned hJ against tuned softmax and h (fresh seeds 10-14);
 2. brackets-hard T = 24: against softmax and h (seeds 0-4, and 5-9 where trained) and against softmax + B, h + B;
-3. capacity: the gain against the parameter count (:mod:`~isingattn.models.app.capacity`);
+3. capacity: the gain over softmax and over h against the parameter count, a line per shape
+   (:mod:`~isingattn.models.app.capacity`);
 4. MQAR: hJ against softmax, h and J at each T trained.
 
 Each entry is the mean paired difference by seed with its 95% t interval; above 0, hJ did better.
@@ -72,11 +73,16 @@ def plot(every, untuned: dict, tuned: dict, path: str) -> bool:
     panels = {k: [(lab, d) for lab, d in v if len(d) >= 2] for k, v in entries(every, untuned, tuned).items()}
     panels = {k: v for k, v in panels.items() if v}
     points = capacity_points([c for c in every if c["part"] == "capacity"], every)
-    n = len(panels) + bool(points)
+    others = [o for o in ("softmax", "h") if points and any(
+        len(paired_diff(p["results"].get("hJ"), p["results"].get(o))) >= 2 for p in points)]
+    n = len(panels) + len(others)
     if not n:
         return False
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.2), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], panels.items()):
+    cols = min(n, 3)
+    rows_ = -(-n // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(4.6 * cols, 4.4 * rows_), squeeze=False)
+    axes = list(axes.flat)
+    for ax, (title, rows) in zip(axes, panels.items()):
         for k, (label, d) in enumerate(rows):
             m, c = mean_ci(d)
             ax.errorbar([k], [m], yerr=[c], fmt="o", color=f"C{k}", capsize=4)
@@ -84,11 +90,11 @@ def plot(every, untuned: dict, tuned: dict, path: str) -> bool:
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("paired gain of hJ (accuracy points)")
-    if points:
-        ax = axes[0][-1]
-        draw_gain(ax, points)
-        ax.set_xlabel("parameters of softmax / h")
-        ax.set_title("brackets-hard, T = 16: gain against model size", fontsize=9)
+    for ax, other in zip(axes[len(panels):], others):
+        draw_gain(ax, points, other)
+        ax.set_title(f"brackets-hard, T = 16: hJ − {other} against model size", fontsize=9)
+    for ax in axes[n:]:
+        ax.set_visible(False)
     fig.suptitle("hJ against the controls of issue 32, paired by seed (mean ± 95% CI); above 0: hJ better",
                  fontsize=10)
     fig.tight_layout()

@@ -43,7 +43,10 @@ DEFAULT = (3e-3, 0.01, 0.0)
 # says so if they differ from these): (lr, weight decay, dropout).
 WINNERS: dict[str, tuple] = {"softmax": (3e-3, 0.1, 0.0), "h": (1e-3, 0.1, 0.0), "hJ": (3e-3, 0.1, 0.0)}
 TUNED_SEED0 = 10
-CAPACITY_D = (32, 128)
+# The capacity grid at T = 16 as (d_model, layers, heads), in the order run: the 1x1 widths first, then the shapes
+# by how much they tell; d_model 64 1x1 is the brackets-hard cell, 64 2x4 the depth cell
+CAPACITY = ((32, 1, 1), (128, 1, 1), (64, 1, 4), (64, 2, 1), (32, 1, 4), (32, 2, 1), (32, 2, 4), (128, 1, 4),
+            (128, 2, 1), (128, 2, 4))
 # Sweep runs that raised TrainingDivergedError (non-finite loss) instead of finishing: (cell, variant) -> the step,
 # as the run printed it; the cell was then run without that variant (``--variants``).
 DIVERGED = {("tuning/T16-lr0.01-valid", "h"): 163, ("tuning/T16-lr0.01-do0.1-valid", "h"): 173,
@@ -76,9 +79,9 @@ def cells() -> list:
     # T = 64: its sweep picked the same settings; the winners only (no untuned rerun), 3 fresh seeds
     out += [Cell("tuned", seq_len=64, variants=tuple(vs), seeds=3, seed0=TUNED_SEED0, lr=lr, weight_decay=wd,
                  dropout=do, **hard, **BAND) for (lr, wd, do), vs in by_setting.items() if (lr, wd, do) != DEFAULT]
-    # capacity (part 5), the affordable slice: d_model 32 and 128 at one layer and head, T = 16; d_model 64 is the
-    # brackets-hard cell, two layers of four heads the depth cell
-    out += [Cell("capacity", seq_len=16, variants=("softmax", "h", "hJ"), seeds=3, d_model=d, **hard) for d in CAPACITY_D]
+    # capacity (part 5) at T = 16 (T = 64's hJ costs ~1 h a run at two layers of four heads)
+    out += [Cell("capacity", seq_len=16, variants=("softmax", "h", "hJ"), seeds=3, d_model=d, layers=L, heads=H,
+                 **hard) for d, L, H in CAPACITY]
     mq = dict(task="mqar", variants=VARIANTS, seeds=5, layers=2, steps=1500, n_train=20000, **EVERY)
     out += [Cell("mqar", seq_len=64, pairs=8, mqar_vocab=65, d_model=32, **BAND, **mq)]
     out += [Cell("mqar", seq_len=128, pairs=16, mqar_vocab=65, d_model=32, **BAND, **{**mq, "seeds": 3})]
