@@ -46,7 +46,7 @@ def test_part_cells_are_in_the_grid_with_distinct_names():
     assert {c.part for c in mine} >= {"pairwise", "seeds10", "tuning", "tuned", "mqar"}
     assert all(c.seed0 == 5 for c in mine if c.part == "seeds10")
     assert len([c for c in mine if c.part == "tuning" and c.seq_len == 16]) == len(parts.SWEEP) == 12
-    assert len([c for c in mine if c.part == "tuning" and c.seq_len == 64]) == 6  # no dropout at T = 64
+    assert len([c for c in mine if c.part == "tuning" and c.seq_len == 64]) == 12
     assert all(c.heldout == "valid" for c in mine if c.part == "tuning")
     pair = [c for c in mine if c.part == "pairwise"]
     assert all(set(c.variants) == {"softmax", "h"} for c in pair if c.pair_bias)
