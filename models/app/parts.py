@@ -5,13 +5,14 @@
   the same shape and seeds.
 - ``seeds10``: seeds 5-9 of the brackets-hard headline cells (T = 16, 24, FFN on and off); the
   table pools them with the cell's seeds 0-4.
-- ``tuning``: a sweep at T = 16 over learning rate, weight decay and dropout, scored on a
+- ``tuning``: a sweep at T = 16 and 64 over learning rate, weight decay and dropout, scored on a
   validation split drawn like the test set (unseen shapes, apart from test and training).
 - ``tuned``: the setting each variant won, retrained with fresh seeds (10-14) and scored on
   test, against the untuned setting at the same seeds.
 - ``mqar``: multi-query associative recall (``isingattn.models.mqar``), the four-way ablation.
 - ``capacity``: the parameter count of every configuration, and the paired gain against it for the configurations
-  trained (d_model 32 and 128 here, 64 from the brackets-hard cell, two layers of four heads from the depth cell).
+  trained (T = 16: ``CAPACITY`` here, d_model 64 with one layer and head from the brackets-hard cell, with two
+  layers of four heads from the depth cell).
 
 Their cells keep no checkpoints once finished (``metrics.jsonl`` and ``results.json`` hold
 every result, and the study's report, which draws attention maps from checkpoints, stays
@@ -84,7 +85,7 @@ def cells() -> list:
                  **hard) for d, L, H in CAPACITY]
     mq = dict(task="mqar", variants=VARIANTS, seeds=5, layers=2, steps=1500, n_train=20000, **EVERY)
     out += [Cell("mqar", seq_len=64, pairs=8, mqar_vocab=65, d_model=32, **BAND, **mq)]
-    out += [Cell("mqar", seq_len=128, pairs=16, mqar_vocab=65, d_model=32, **BAND, **{**mq, "seeds": 3})]
+    out += [Cell("mqar", seq_len=128, pairs=16, mqar_vocab=65, d_model=32, **BAND, **mq)]
     return out
 
 
