@@ -132,7 +132,7 @@ def plot_gain(points, path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     drawn = [draw_gain(ax, points, other) for ax, other in zip(axes, ("softmax", "h"))]
     if not any(drawn):
         plt.close(fig)
