@@ -38,14 +38,15 @@ def param_counts() -> list[dict]:
 SHAPES = ((1, 1), (1, 4), (2, 1), (2, 4))  # (layers, heads) of the grid
 
 
-def capacity_points(mine, every) -> list[dict]:
-    """The trained capacity configurations at T = 16, FFN on, fewest parameters first: dicts of ``label``,
-    ``d_model``, ``layers``, ``heads``, ``params`` (softmax/h), ``params_hJ``, ``results`` (by variant; hJ of the
-    d_model-64 cell from its rerun, see :func:`rerun_hJ`) and ``cell`` (its folder under the root)."""
+def capacity_points(mine, every, T: int = 16) -> list[dict]:
+    """The trained capacity configurations at ``T`` (16: full J, 64: toeplitz J), FFN on, fewest parameters first:
+    dicts of ``label``, ``d_model``, ``layers``, ``heads``, ``params`` (softmax/h), ``params_hJ``, ``results`` (by
+    variant; hJ of the d_model-64 cell from its rerun, see :func:`rerun_hJ`) and ``cell`` (its folder under the
+    root)."""
     counts = {(r["T"], r["d_model"], r["layers"], r["heads"]): r for r in param_counts()}
-    base = find(every, "brackets-hard", T16, J_param="full", seed0=0)
-    depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == 16), None)
-    cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine if c["seq_len"] == 16]
+    base = find(every, "brackets-hard", {**T16, "seq_len": T}, J_param="full" if T == 16 else "toeplitz", seed0=0)
+    depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == T), None)
+    cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine if c["seq_len"] == T]
     if base is not None:
         R = dict(base["results"])
         R["hJ"] = rerun_hJ(every, base)[0] or R.get("hJ", {})
@@ -54,7 +55,7 @@ def capacity_points(mine, every) -> list[dict]:
         cells_.append((depth, 64, depth.get("layers", 2), depth.get("heads", 4)))
     points = []
     for c, d, L, H in cells_:
-        r = counts[(16, d, L, H)]
+        r = counts[(T, d, L, H)]
         points.append(dict(label=f"d_model {d}, {L} layer(s) x {H} head(s)", d_model=d, layers=L, heads=H,
                            params=r["softmax/h"], params_hJ=r["hJ"], results=c["results"],
                            cell=os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))))
@@ -69,20 +70,29 @@ def capacity_readme(root, mine, every) -> str:
           "of which T(T − 1)/2 are free (J is symmetrized, zero diagonal); B holds T² of which the causal T(T + 1)/2 "
           "are used.\n\n| " + " | ".join(rows[0]) + " |\n" + "|---" * len(rows[0]) + "|\n")
     md += "".join("| " + " | ".join(str(v) for v in r.values()) + " |\n" for r in rows)
-    points = capacity_points(mine, every)
-    if not points:
-        return md
+    by_T = {T: capacity_points(mine, every, T) for T in (16, 64)}
+    for T, points in by_T.items():
+        if points:
+            md += _trained(T, points)
+    if plot_gain(by_T, os.path.join(root, "capacity", "gain_vs_params.png")):
+        md += "\n![paired gain against parameters](gain_vs_params.png)\n"
+    return md
+
+
+def _trained(T: int, points) -> str:
+    """The table of the trained configurations at ``T`` and their paired comparisons (Holm over this table)."""
     done = {(p["d_model"], p["layers"], p["heads"]) for p in points}
     missing = [f"d_model {d} {L}x{H}" for d in (32, 64, 128) for L, H in SHAPES if (d, L, H) not in done]
-    md += ("\n### Trained: brackets-hard, T = 16, FFN on\n\n"
-           f"{len(points)} of the 12 configurations at T = 16 have finished runs"
-           + (f" (not yet: {', '.join(missing)})" if missing else "") + ". None at T = 64: hJ there costs about an "
-           "hour a run at two layers of four heads on this machine. Seeds 0-2 in this part's cells; d_model 64 with "
-           "one layer and head is the brackets-hard cell (seeds 0-4, hJ rerun under today's code), with two layers "
-           "of four heads the depth cell (seeds 0-2). Same data and settings otherwise (lr 0.003, weight decay 0.01, "
-           "1,500 steps), untuned at every width. —: no finished run (a run that diverged, a non-finite loss, is "
-           "listed in `parts.DIVERGED`; the cell then ran without that variant).\n\n"
-           "| configuration | params softmax/h | params hJ | cell | softmax | h | hJ |\n|---|---|---|---|---|---|---|\n")
+    J = "full J" if T == 16 else "toeplitz J, band 8, exact through Banded"
+    md = (f"\n### Trained: brackets-hard, T = {T}, FFN on, {J}\n\n"
+          f"{len(points)} of the 12 configurations at T = {T} have finished runs"
+          + (f" (not yet: {', '.join(missing)})" if missing else "") + ". Seeds 0-2 in this part's cells; d_model 64 "
+          "with one layer and head is the brackets-hard cell (seeds 0-4"
+          + (", hJ rerun under today's code" if T == 16 else "") + "), with two layers of four heads the depth cell "
+          "(seeds 0-2). Same data and settings otherwise (lr 0.003, weight decay 0.01, 1,500 steps), untuned at every "
+          "width. —: no finished run (a run that diverged, a non-finite loss, is listed in `parts.DIVERGED`; the cell "
+          "then ran without that variant).\n\n"
+          "| configuration | params softmax/h | params hJ | cell | softmax | h | hJ |\n|---|---|---|---|---|---|---|\n")
     pairs = []
     for p in points:
         R = p["results"]
@@ -91,10 +101,7 @@ def capacity_readme(root, mine, every) -> str:
             for v in ("softmax", "h", "hJ")) + " |\n"
         pairs += [(f"{p['label']}: hJ − softmax", R.get("hJ") or {}, R.get("softmax") or {}),
                   (f"{p['label']}: hJ − h", R.get("hJ") or {}, R.get("h") or {})]
-    md += "\n" + compare_rows(pairs)
-    if plot_gain(points, os.path.join(root, "capacity", "gain_vs_params.png")):
-        md += "\n![paired gain against parameters](gain_vs_params.png)\n"
-    return md
+    return md + "\n" + compare_rows(pairs)
 
 
 def draw_gain(ax, points, other: str) -> bool:
@@ -124,21 +131,25 @@ def draw_gain(ax, points, other: str) -> bool:
     return drawn
 
 
-def plot_gain(points, path) -> bool:
-    """:func:`draw_gain` against softmax and against h, side by side, at ``path`` (atomically); False when there
-    is nothing to draw."""
+def plot_gain(by_T: dict, path) -> bool:
+    """:func:`draw_gain` against softmax and against h, side by side, a row per T of ``by_T`` (T -> points) with
+    a point of 2 seeds, at ``path`` (atomically); False when there is nothing to draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    drawn = [draw_gain(ax, points, other) for ax, other in zip(axes, ("softmax", "h"))]
-    if not any(drawn):
-        plt.close(fig)
+    rows = [(T, pts) for T, pts in by_T.items() if any(
+        len(paired_diff(p["results"].get("hJ"), p["results"].get(o))) >= 2 for p in pts for o in ("softmax", "h"))]
+    if not rows:
         return False
-    fig.suptitle("brackets-hard, T = 16: paired gain of J against model size (95% CI over seeds; "
-                 "widths 32, 64, 128 left to right; hJ adds T² = 256 per head and layer)", fontsize=9)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(10, 3.8 * len(rows)), squeeze=False)
+    for (T, points), row in zip(rows, axes):
+        for ax, other in zip(row, ("softmax", "h")):
+            draw_gain(ax, points, other)
+            ax.set_title(f"brackets-hard, T = {T}: hJ − {other}", fontsize=9)
+    fig.suptitle("Paired gain of J against model size (95% CI over seeds; widths 32, 64, 128 left to right)\nhJ adds "
+                 "T² = 256 weights per head and layer at T = 16, 9 toeplitz weights at T = 64", fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic.savefig(fig, path, dpi=120)

@@ -12,7 +12,7 @@
 - ``mqar``: multi-query associative recall (``isingattn.models.mqar``), the four-way ablation.
 - ``capacity``: the parameter count of every configuration, and the paired gain against it for the configurations
   trained (T = 16: ``CAPACITY`` here, d_model 64 with one layer and head from the brackets-hard cell, with two
-  layers of four heads from the depth cell).
+  layers of four heads from the depth cell; T = 64: ``CAPACITY64``, the same two from their T = 64 cells).
 
 Their cells keep no checkpoints once finished (``metrics.jsonl`` and ``results.json`` hold
 every result, and the study's report, which draws attention maps from checkpoints, stays
@@ -48,6 +48,7 @@ TUNED_SEED0 = 10
 # by how much they tell; d_model 64 1x1 is the brackets-hard cell, 64 2x4 the depth cell
 CAPACITY = ((32, 1, 1), (128, 1, 1), (64, 1, 4), (64, 2, 1), (32, 1, 4), (32, 2, 1), (32, 2, 4), (128, 1, 4),
             (128, 2, 1), (128, 2, 4))
+CAPACITY64 = ((32, 1, 1), (128, 1, 1))
 # Sweep runs that raised TrainingDivergedError (non-finite loss) instead of finishing: (cell, variant) -> the step,
 # as the run printed it; the cell was then run without that variant (``--variants``).
 DIVERGED = {("tuning/T16-lr0.01-valid", "h"): 163, ("tuning/T16-lr0.01-do0.1-valid", "h"): 173,
@@ -80,12 +81,16 @@ def cells() -> list:
     # T = 64: its sweep picked the same settings; the winners first, then the untuned setting at the same seeds
     out += [Cell("tuned", seq_len=64, variants=tuple(vs), seeds=5, seed0=TUNED_SEED0, lr=lr, weight_decay=wd,
                  dropout=do, **hard, **BAND) for (lr, wd, do), vs in sorted(by_setting.items(), key=lambda kv: kv[0] == DEFAULT)]
-    # capacity (part 5) at T = 16 (T = 64's hJ costs ~1 h a run at two layers of four heads)
+    # capacity (part 5) at T = 16, then T = 64's one-head widths (its hJ costs ~1 h a run at two layers of four heads)
     out += [Cell("capacity", seq_len=16, variants=("softmax", "h", "hJ"), seeds=3, d_model=d, layers=L, heads=H,
                  **hard) for d, L, H in CAPACITY]
+    out += [Cell("capacity", seq_len=64, variants=("softmax", "h", "hJ"), seeds=3, d_model=d, layers=L, heads=H,
+                 **hard, **BAND) for d, L, H in CAPACITY64]
     mq = dict(task="mqar", variants=VARIANTS, seeds=5, layers=2, steps=1500, n_train=20000, **EVERY)
     out += [Cell("mqar", seq_len=64, pairs=8, mqar_vocab=65, d_model=32, **BAND, **mq)]
     out += [Cell("mqar", seq_len=128, pairs=16, mqar_vocab=65, d_model=32, **BAND, **mq)]
+    # more pairs (the query region full), then a larger vocabulary, at T = 64 (T = 256's hJ: ~45 min a run here)
+    out += [Cell("mqar", seq_len=64, pairs=n, mqar_vocab=v, d_model=32, **BAND, **mq) for n, v in ((16, 65), (8, 129))]
     return out
 
 

@@ -93,9 +93,11 @@ def test_compare_rows_pairs_by_common_seeds_by_hand():
 
 def test_capacity_cells_name_their_width():
     cap = [c for c in grid() if c.part == "capacity"]
-    assert len({c.name for c in cap}) == len(cap) == len(parts.CAPACITY) == 10  # 12 shapes, 2 in other parts
+    assert len({c.name for c in cap}) == len(cap) == len(parts.CAPACITY) + len(parts.CAPACITY64)
+    assert len(parts.CAPACITY) == 10  # 12 shapes at T = 16, 2 in other parts (brackets-hard, depth)
     assert {(c.d_model, c.layers, c.heads) for c in cap}.isdisjoint({(64, 1, 1), (64, 2, 4)})
     assert "capacity/T16-d32" in {c.name for c in cap} and "capacity/T16-2x4-d128" in {c.name for c in cap}
+    assert all(c.engine == "banded" and c.J_param == "toeplitz" for c in cap if c.seq_len == 64)
     assert all(c.d_model == 64 for c in grid() if c.part not in ("capacity", "mqar"))  # older names unchanged
 
 
