@@ -52,7 +52,9 @@ CAPACITY64 = ((32, 1, 1), (128, 1, 1))
 # Sweep runs that raised TrainingDivergedError (non-finite loss) instead of finishing: (cell, variant) -> the step,
 # as the run printed it; the cell was then run without that variant (``--variants``).
 DIVERGED = {("tuning/T16-lr0.01-valid", "h"): 163, ("tuning/T16-lr0.01-do0.1-valid", "h"): 173,
-            ("capacity/T16-d128", "h"): 325}  # the last: seed 1 (seed 0 finished); seed 2 not run
+            ("capacity/T16-d128", "h"): 325,  # seed 1 (seed 0 finished); seed 2 not run
+            ("capacity/T16-2x1-d128", "h"): 451,  # seed 0
+            ("capacity/T16-2x4-d128", "h"): 644}  # seed 1 (seed 0 finished); seed 2 not run
 
 
 def cells() -> list:
