@@ -46,7 +46,8 @@ def capacity_points(mine, every, T: int = 16) -> list[dict]:
     counts = {(r["T"], r["d_model"], r["layers"], r["heads"]): r for r in param_counts()}
     base = find(every, "brackets-hard", {**T16, "seq_len": T}, J_param="full" if T == 16 else "toeplitz", seed0=0)
     depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == T), None)
-    cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine if c["seq_len"] == T]
+    cells_ = [({**c, "results": {**_logged(c), **c["results"]}}, c.get("d_model", 64), c.get("layers", 1),
+               c.get("heads", 1)) for c in mine if c["seq_len"] == T]
     if base is not None:
         R = dict(base["results"])
         R["hJ"] = rerun_hJ(every, base)[0] or R.get("hJ", {})
@@ -60,6 +61,20 @@ def capacity_points(mine, every, T: int = 16) -> list[dict]:
                            params=r["softmax/h"], params_hJ=r["hJ"], results=c["results"],
                            cell=os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))))
     return sorted(points, key=lambda p: p["params_hJ"])
+
+
+def _logged(cell) -> dict:
+    """``{variant: {seed: test_acc}}`` of the runs ``cell``'s ``metrics.jsonl`` logs as finished (a row at the last
+    step): the seeds of a variant that diverged on a later seed and was then dropped from the cell's results."""
+    import json
+
+    out: dict = {}
+    path = os.path.join(cell["folder"], "metrics.jsonl")
+    for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
+        rec = json.loads(line)
+        if rec.get("step") == cell["steps"]:
+            out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec["test_acc"]
+    return out
 
 
 def capacity_readme(root, mine, every) -> str:
@@ -90,8 +105,8 @@ def _trained(T: int, points) -> str:
           "with one layer and head is the brackets-hard cell (seeds 0-4"
           + (", hJ rerun under today's code" if T == 16 else "") + "), with two layers of four heads the depth cell "
           "(seeds 0-2). Same data and settings otherwise (lr 0.003, weight decay 0.01, 1,500 steps), untuned at every "
-          "width. —: no finished run (a run that diverged, a non-finite loss, is listed in `parts.DIVERGED`; the cell "
-          "then ran without that variant).\n\n"
+          "width. A variant whose run diverged (a non-finite loss, listed in `parts.DIVERGED`) keeps the seeds it finished "
+          "before, and the cell then ran without it; —: no finished run.\n\n"
           "| configuration | params softmax/h | params hJ | cell | softmax | h | hJ |\n|---|---|---|---|---|---|---|\n")
     pairs = []
     for p in points:

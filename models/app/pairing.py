@@ -34,7 +34,8 @@ def compare_rows(pairs: list) -> str:
             continue
         w, l, _, sp = sign_test(d)
         seeds = f"{len(common)} ({common[0]}–{common[-1]})"
-        text += f"| {label} | {seeds} | {fmt(*mean_ci(d))} | {p:.2g} | {q:.2g} | {w}/{l} | {sp:.3g} |\n"
+        p, q = ("—" if math.isnan(x) else f"{x:.2g}" for x in (p, q))  # one seed: no test
+        text += f"| {label} | {seeds} | {fmt(*mean_ci(d))} | {p} | {q} | {w}/{l} | {sp:.3g} |\n"
     return text
 
 

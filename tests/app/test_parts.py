@@ -91,6 +91,15 @@ def test_compare_rows_pairs_by_common_seeds_by_hand():
     assert "| a − b | 3 (0–2) |" in text and f"{d.mean():.2f} ± {half:.2f}" in text and "| 2/1 |" in text
 
 
+def test_compare_rows_gives_no_test_for_one_seed_and_leaves_it_out_of_holm():
+    from isingattn.models.app.pairing import compare_rows
+
+    one = compare_rows([("one", {7: 0.5}, {7: 0.4}), ("three", {0: 0.9, 1: 0.95, 2: 0.8}, {0: 0.88, 1: 0.9, 2: 0.81})])
+    assert "| one | 1 (7–7) | 10.00 | — | — | 1/0 |" in one
+    alone = compare_rows([("three", {0: 0.9, 1: 0.95, 2: 0.8}, {0: 0.88, 1: 0.9, 2: 0.81})])
+    assert one.splitlines()[-1] == alone.splitlines()[-1]  # Holm over one test, not two
+
+
 def test_capacity_cells_name_their_width():
     cap = [c for c in grid() if c.part == "capacity"]
     assert len({c.name for c in cap}) == len(cap) == len(parts.CAPACITY) + len(parts.CAPACITY64)
