@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from isingattn import atomic
+from isingattn.models.app.cells import logged_results
 from isingattn.models.app.pairing import T16, compare_rows, find, paired_diff, rerun_hJ
 from isingattn.models.app.report import fmt, mean_ci
 
@@ -46,7 +47,7 @@ def capacity_points(mine, every, T: int = 16) -> list[dict]:
     counts = {(r["T"], r["d_model"], r["layers"], r["heads"]): r for r in param_counts()}
     base = find(every, "brackets-hard", {**T16, "seq_len": T}, J_param="full" if T == 16 else "toeplitz", seed0=0)
     depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == T), None)
-    cells_ = [({**c, "results": {**_logged(c), **c["results"]}}, c.get("d_model", 64), c.get("layers", 1),
+    cells_ = [({**c, "results": {**logged_results(c["folder"], c["steps"]), **c["results"]}}, c.get("d_model", 64), c.get("layers", 1),
                c.get("heads", 1)) for c in mine if c["seq_len"] == T]
     if base is not None:
         R = dict(base["results"])
@@ -61,20 +62,6 @@ def capacity_points(mine, every, T: int = 16) -> list[dict]:
                            params=r["softmax/h"], params_hJ=r["hJ"], results=c["results"],
                            cell=os.path.relpath(c["folder"], os.path.dirname(os.path.dirname(c["folder"])))))
     return sorted(points, key=lambda p: p["params_hJ"])
-
-
-def _logged(cell) -> dict:
-    """``{variant: {seed: test_acc}}`` of the runs ``cell``'s ``metrics.jsonl`` logs as finished (a row at the last
-    step): the seeds of a variant that diverged on a later seed and was then dropped from the cell's results."""
-    import json
-
-    out: dict = {}
-    path = os.path.join(cell["folder"], "metrics.jsonl")
-    for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
-        rec = json.loads(line)
-        if rec.get("step") == cell["steps"]:
-            out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec["test_acc"]
-    return out
 
 
 def capacity_readme(root, mine, every) -> str:

@@ -47,6 +47,19 @@ def logged_seconds(folder: str, runs: set) -> float:
     return sum(last.values()) if last else math.nan
 
 
+def logged_results(folder: str, steps: int) -> dict:
+    """``{variant: {seed: test_acc}}`` of the runs ``folder``'s metrics.jsonl logs as finished (a row at step
+    ``steps``), whether or not results.json holds them (a cell still training, or a variant dropped after it
+    diverged on a later seed)."""
+    out: dict = {}
+    path = os.path.join(folder, "metrics.jsonl")
+    for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
+        rec = json.loads(line)
+        if rec.get("step") == steps:
+            out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec["test_acc"]
+    return out
+
+
 def wall_seconds(folder: str, runs: set) -> float:
     """A cell's training time as its report shows it (and ``reproduce`` prints it, a resumed cell too):
     the larger of ``wall_time.json`` (summed over the processes that trained the cell) and

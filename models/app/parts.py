@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.cells import load_cells, wall_seconds, finished as finished_runs
+from isingattn.models.app.cells import load_cells, logged_results, wall_seconds, finished as finished_runs
 from isingattn.models.app import controls
 from isingattn.models.app.capacity import capacity_readme
 from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ, untuned_blocks
@@ -302,11 +302,8 @@ def unfinished(root: str, part: str) -> list[dict]:
         log = os.path.join(folder, "metrics.jsonl")
         if os.path.exists(os.path.join(folder, "results.json")) or not os.path.exists(log):
             continue
-        cell = {**json.load(open(path)), "folder": folder, "in_progress": True, "results": {}}
-        for line in open(log, encoding="utf-8"):
-            rec = json.loads(line)
-            if rec.get("step") == cell["steps"]:
-                cell["results"].setdefault(rec["variant"], {})[int(rec["seed"])] = rec["test_acc"]
+        cell = {**json.load(open(path)), "folder": folder, "in_progress": True}
+        cell["results"] = logged_results(folder, cell["steps"])
         cell["wall_s"] = wall_seconds(folder, finished_runs(cell))
         out.append(cell)
     return out
