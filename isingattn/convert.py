@@ -45,9 +45,17 @@ def to_bqm(model, index=None):
     BQM (pass it to the sampler). Inactive spins are left out. ``index`` picks one
     model of a batch.
     """
+    h, J, a = single(model, index)
+    return array_bqm(h, J, a, label_list(model))
+
+def array_bqm(h, J, active=None, labels=None):
+    """The SPIN BQM of numpy arrays: ``h [n]``, ``J`` dense ``[n, n]`` or ``(edges [E, 2],
+    weights [E])``, ``active [n]`` bool (default all), ``labels`` (default ``0..n-1``).
+    NumPy only, so host callbacks can call it: JAX inside a ``jax.pure_callback`` can deadlock."""
     import dimod
 
-    nodes, edges = terms(model, index)
+    nodes, edges = array_terms(h, J, np.ones(len(h), bool) if active is None else active,
+                               range(len(h)) if labels is None else labels)
     # Add the linear terms first: BinaryQuadraticModel(linear, quadratic, ...) inserts
     # the quadratic terms first, which reorders the variables (spin order is lost).
     bqm = dimod.BinaryQuadraticModel(dimod.SPIN)
@@ -59,7 +67,11 @@ def terms(model, index=None):
     """The active spins of one model as ``[(label, h)]`` and its nonzero couplings
     between them as ``[(label, label, J)]`` (upper triangle, spin order)."""
     h, J, a = single(model, index)
-    labels = label_list(model)
+    return array_terms(h, J, a, label_list(model))
+
+def array_terms(h, J, a, labels):
+    """:func:`terms` of numpy ``h [n]``, ``J`` (dense, or ``(edges, weights)``), ``active [n]``."""
+    labels = list(labels)
     idx = np.flatnonzero(a)
     nodes = [(labels[j], float(h[j])) for j in idx]
     if isinstance(J, tuple):  # sparse: (edges [E, 2], weights [E]), never densified

@@ -1,8 +1,9 @@
 """Any dimod sampler as an inference engine (DESIGN.md §3).
 
-The model leaves through ``IsingModel.to_bqm`` (one BQM per model of the batch),
-the sampler runs on the host through ``jax.pure_callback`` (so the engine works
-under ``jit`` and in training), and the sample mean comes back with the
+The model leaves as a BQM (``convert.array_bqm``, what ``IsingModel.to_bqm`` builds; one
+per model of the batch). Under a trace the sampler runs on the host through
+``jax.pure_callback`` (so the engine works under ``jit`` and in training), and eagerly
+it is called directly, since JAX inside a callback can deadlock; and the sample mean comes back with the
 fluctuation–dissipation gradient of :func:`isingattn.fluctuation.sample_marginals`.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 from isingattn import validate as V
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.convert import array_bqm
 from isingattn.fluctuation import sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel, is_traced
@@ -224,7 +226,11 @@ class DimodEngine(Engine):
         # The samples carry no gradient (sample_marginals' fluctuation identities supply it), and
         # pure_callback has no JVP: without stop_gradient, jax.grad and training fail.
         sg = jax.lax.stop_gradient
-        samples, diag = jax.pure_callback(host, out, sg(h), sg(J), sg(model.beta), seeds, vmap_method="sequential")
+        args = (sg(h), sg(J), sg(model.beta), seeds)
+        if is_traced(*args):
+            samples, diag = jax.pure_callback(host, out, *args, vmap_method="sequential")
+        else:  # eager: no callback thread, so a sampler that itself runs JAX cannot deadlock XLA's pool
+            samples, diag = map(jnp.asarray, host(*map(np.asarray, args)))
         samples = samples.reshape(batch + (S, n))
         info = {"at_beta": jnp.full(batch, bk is not None)}
         for i, k in enumerate(keys):
@@ -289,8 +295,7 @@ class DimodEngine(Engine):
         out = np.zeros((B, self.num_reads, n), dtype=dtype)
         diag = np.full((B, len(keys)), np.nan)
         for b in range(B):
-            model = IsingModel(h[b], J[b] if graph is None else SparseCouplings(graph, J[b]))
-            bqm = model.to_bqm()
+            bqm = array_bqm(h[b], J[b] if graph is None else (graph.edges, J[b]))  # no JAX in a host callback
             if not self.estimate_beta:
                 arr, chains = self._draw(bqm, n, seeds[b], beta, False)
                 row = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dimod
 import numpy as np
 
+from isingattn.convert import array_bqm
 from isingattn.inference.dimod.specs import _CHAIN_KEYS, _name, _subset, _utc, beta_kwargs, declared_ranges
 
 
@@ -83,10 +84,8 @@ class PooledSampling:
                 return self.draw_union(h, J, c, seed + 7 * it, beta), None
             arrs, chains = [], []
             for b in range(B):
-                bqm = dimod.BinaryQuadraticModel({i: -c[0] * h[b, i] for i in range(n)},
-                                                 {(i, j): -c[1] * J[b, i, j] for i, j in zip(*np.nonzero(np.triu(J[b], 1)))},
-                                                 0.0, dimod.SPIN)
-                a, ch = self.engine._draw(bqm, n, int(seeds[b]) + 7 * it, beta, self.engine.calibrate)
+                a, ch = self.engine._draw(array_bqm(c[0] * h[b], c[1] * J[b]), n, int(seeds[b]) + 7 * it, beta,
+                                          self.engine.calibrate)
                 arrs.append(a)
                 chains.append(ch)
             return np.stack(arrs), chains

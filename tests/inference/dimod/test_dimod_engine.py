@@ -33,6 +33,9 @@ def test_marginals_within_standard_error(sampler, kw):
     assert np.all(m[1, ~mask[1]] == 0)
     # seeded by the key: same key, same samples; another key, other samples
     np.testing.assert_array_equal(m, run(jnp.asarray(hs), jnp.asarray(J), jax.random.PRNGKey(1)))
+    # eager (no host callback) and jit (pure_callback) draw the same reads from the same key
+    eager = eng.marginals(IsingModel(jnp.asarray(hs), jnp.asarray(J), beta, mask=mask), key=jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(m, eager.mean)
     if isinstance(sampler, dwave.SimulatedAnnealingSampler):
         assert not np.array_equal(m, run(jnp.asarray(hs), jnp.asarray(J), jax.random.PRNGKey(2)))
 
