@@ -95,7 +95,10 @@ class DimodEngine(Engine):
     it mixes two temperatures.
 
     Slow where the sampler is: one host call (per round) per model of the batch, or per
-    call with ``pool``.
+    call with ``pool``. Under ``jit``/``grad`` the sampler runs inside a ``jax.pure_callback``;
+    a sampler that itself runs JAX (this package's ``SQASampler``, ``PTSampler``,
+    ``SwendsenWangSampler``) is not safe there (JAX inside a callback can deadlock): use its
+    engine instead, or call this one eagerly, which needs no callback.
     """
 
     sampler: Any = eqx.field(static=True)
