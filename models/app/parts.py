@@ -48,7 +48,8 @@ TUNED_SEED0 = 10
 # by how much they tell; d_model 64 1x1 is the brackets-hard cell, 64 2x4 the depth cell
 CAPACITY = ((32, 1, 1), (128, 1, 1), (64, 1, 4), (64, 2, 1), (32, 1, 4), (32, 2, 1), (32, 2, 4), (128, 1, 4),
             (128, 2, 1), (128, 2, 4))
-CAPACITY64 = ((32, 1, 1), (128, 1, 1), (64, 2, 1), (64, 1, 4), (32, 1, 4), (32, 2, 1), (32, 2, 4))
+CAPACITY64 = ((32, 1, 1), (128, 1, 1), (64, 2, 1), (64, 1, 4), (32, 1, 4), (32, 2, 1), (32, 2, 4),
+              (128, 1, 4), (128, 2, 1), (128, 2, 4))
 # Sweep runs that raised TrainingDivergedError (non-finite loss) instead of finishing: (cell, variant) -> the step,
 # as the run printed it; the cell was then run without that variant (``--variants``).
 DIVERGED = {("tuning/T16-lr0.01-valid", "h"): 163, ("tuning/T16-lr0.01-do0.1-valid", "h"): 173,
