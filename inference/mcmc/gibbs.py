@@ -11,7 +11,7 @@ Three layers share ONE transition function, :func:`gibbs_sweep`:
   coupling graph (networkx), which makes a chain or a 2D lattice two parallel
   half-sweeps. The built-in ``numpyro.infer.DiscreteGibbs`` re-evaluates the whole
   potential per spin (``O(n³)`` per sweep); here a sweep costs ``O(n²)`` per model.
-* :class:`IsingGibbsKernel` (:mod:`~isingattn.inference.mcmc.numpyro_kernel`): the kernel as a
+* :class:`~isingattn.inference.mcmc.numpyro_kernel.IsingGibbsKernel`: the kernel as a
   ``numpyro.infer.mcmc.MCMCKernel``, so ``numpyro.infer.MCMC`` supplies chains, warmup,
   thinning, the progress bar, ``get_samples`` and ``print_summary``, and
   ``az.from_numpyro`` works (:mod:`~isingattn.inference.mcmc.arviz_export`).

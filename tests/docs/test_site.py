@@ -10,7 +10,7 @@
   (nearly) blank fails. Skipped, saying so, where Chromium is not installed (Debian: ``apt-get
   install chromium``; ``.ci/run`` tries to install it).
 
-The build takes about two minutes on 2 cores (the tutorials' execution is most of it), so the test
+The build takes over a minute on 2 cores (the tutorials' execution is most of it), so the test
 is marked ``slow``: the quick loop leaves it out and the full suite (CI) runs it.
 """
 
@@ -45,7 +45,8 @@ def site(tmp_path_factory):
     # The tutorials' kernels inherit the suite's XLA_FLAGS (conftest.py): the same programs, compiled
     # faster, which is most of the build's time.
     env = dict(os.environ)
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", str(DOCS), str(out)]
+    # -j auto: the notebooks execute in parallel (87 s -> 71 s on 2 cores)
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-j", "auto", str(DOCS), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert proc.returncode == 0, f"strict build failed:\n{proc.stderr[-6000:]}"
     return out
