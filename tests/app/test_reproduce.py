@@ -73,7 +73,7 @@ def test_report_only_rebuilds_the_committed_report_from_committed_files(tmp_path
     """A fresh clone has no checkpoints (they are not committed): the report must come out
     the same from the files that are, and the committed logs hold no duplicate rows.
 
-    The ~100 figures are built but not rasterized (three quarters of the time; the markdown and
+    The ~100 figures are built but not rasterized (most of the time; the markdown and
     CSVs do not depend on the pixels); test_cells_resume_and_report writes real ones."""
     import shutil
     from pathlib import Path

@@ -170,7 +170,7 @@ WORKER = PT_LATTICE + textwrap.dedent(
 @pytest.fixture(scope="module")
 def result():
     env = dict(os.environ)
-    # the suite's XLA_FLAGS (conftest.py: quick compilation, 34 s -> 20 s here) plus the device count
+    # the suite's XLA_FLAGS (conftest.py: quick compilation, most of the worker's time) plus the device count
     env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
     env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=600)

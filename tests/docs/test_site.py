@@ -45,7 +45,7 @@ def site(tmp_path_factory):
     # The tutorials' kernels inherit the suite's XLA_FLAGS (conftest.py): the same programs, compiled
     # faster, which is most of the build's time.
     env = dict(os.environ)
-    # -j auto: the notebooks execute in parallel (88 s -> 68 s alone on 2 quiet cores)
+    # -j auto: the notebooks execute in parallel (timings: CHANGELOG, "Suite: three slow tests quicker")
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-j", "auto", str(DOCS), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert proc.returncode == 0, f"strict build failed:\n{proc.stderr[-6000:]}"
