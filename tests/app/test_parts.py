@@ -78,6 +78,16 @@ def test_a_tiny_mqar_part_cell_runs_on_validation_from_seed0_and_writes_its_read
     (out / "results.json").unlink()  # as a cell still training: its finished runs are read from the log
     text = parts.write_part(str(tmp_path), "mqar")
     assert "Still training" in text and "(n=2)" in text
+    # compute: the cell's wall_time.json; killed before it wrote one, its 4 runs' time as the log has it
+    assert parts.compute(str(tmp_path))["mqar"] == (4, json.load(open(out / "wall_time.json"))["seconds"], 1)
+    (out / "wall_time.json").unlink()
+    seconds = sum(max(r["wall_s"] for r in rows if (r["variant"], r["seed"]) == k)
+                  for k in {(r["variant"], r["seed"]) for r in rows})
+    assert parts.compute(str(tmp_path))["mqar"] == (4, pytest.approx(seconds, rel=1e-12), 1)
+    line = next(x for x in parts.compute_table(str(tmp_path)).splitlines() if x.startswith("| 6 | mqar |"))
+    cols = [c.strip() for c in line.strip("|").split("|")]
+    hours = seconds / 3600
+    assert cols[3:] == ["4", f"{hours:.1f}", f"{2 * hours:.1f}", "1"]
 
 
 def test_compare_rows_pairs_by_common_seeds_by_hand():
