@@ -92,8 +92,10 @@ def cells() -> list:
     mq = dict(task="mqar", variants=VARIANTS, seeds=5, layers=2, steps=1500, n_train=20000, **EVERY)
     out += [Cell("mqar", seq_len=64, pairs=8, mqar_vocab=65, d_model=32, **BAND, **mq)]
     out += [Cell("mqar", seq_len=128, pairs=16, mqar_vocab=65, d_model=32, **BAND, **mq)]
-    # more pairs (the query region full), then a larger vocabulary, at T = 64 (T = 256's hJ: ~45 min a run here)
+    # more pairs (the query region full), then a larger vocabulary, at T = 64
     out += [Cell("mqar", seq_len=64, pairs=n, mqar_vocab=v, d_model=32, **BAND, **mq) for n, v in ((16, 65), (8, 129))]
+    # T = 256 with T = 128's 16 pairs and vocabulary: only the length changes
+    out += [Cell("mqar", seq_len=256, pairs=16, mqar_vocab=65, d_model=32, **BAND, **mq)]
     return out
 
 
