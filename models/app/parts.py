@@ -363,6 +363,10 @@ def write_part(root: str, part: str) -> str:
         text += (f"\n**Still training** (their finished runs only are shown): {', '.join(partial)}. Rerun "
                  f"`python -m isingattn.models.app.parts --only {part}` (or `isingattn reproduce --only {part}`) to "
                  "finish them; it resumes run by run.\n")
+    todo = [c.name for c in cells() if c.part == part and not os.path.exists(os.path.join(root, c.name, "cell.json"))]
+    if todo:
+        text += (f"\n**Not yet run** (defined in `parts.cells()`; `python -m isingattn.models.app.parts --cell NAME` "
+                 f"runs one): {', '.join(todo)}.\n")
     os.makedirs(os.path.join(root, part), exist_ok=True)
     atomic.write_text(os.path.join(root, part, "README.md"), text)
     compute_table(root)

@@ -75,6 +75,7 @@ def test_a_tiny_mqar_part_cell_runs_on_validation_from_seed0_and_writes_its_read
     assert again == res and len((out / "metrics.jsonl").read_text().splitlines()) == len(rows)
     text = (tmp_path / "mqar" / "README.md").read_text()
     assert "hJ − softmax" in text and "(n=2)" in text and "Still training" not in text
+    assert "**Not yet run**" in text and "mqar/T256-toeplitz8-2x1-n16-v65-d32" in text  # none of the grid's are here
     (out / "results.json").unlink()  # as a cell still training: its finished runs are read from the log
     text = parts.write_part(str(tmp_path), "mqar")
     assert "Still training" in text and "(n=2)" in text
