@@ -356,7 +356,7 @@ def write_part(root: str, part: str) -> str:
             f"(issue 32). Mean ± 95% CI (Student t) over seeds; paired Δ by seed. Training time of this part's "
             f"cells: {_seconds(mine) / 60:.1f} minutes of wall-clock time over {runs} finished runs ({CORES} CPU cores "
             f"shared with other work, at times paused: at most {CORES * _seconds(mine) / 3600:.1f} core-hours; all "
-            "parts in `../compute.md`).\n\n"
+            "parts in `results/reproduce/compute.md`).\n\n"
             + body(root, mine, every))
     partial = [os.path.relpath(c["folder"], root) for c in mine if c.get("in_progress")]
     if partial:
