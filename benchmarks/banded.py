@@ -36,6 +36,8 @@ import numpy as np
 from isingattn import IsingModel
 from isingattn.inference.banded import Banded
 
+from _table import table_lines
+
 TARGET_ERR = 1e-5
 TARGET_RATIO = 100.0
 
@@ -120,12 +122,7 @@ def main(argv=None) -> int:
                      fmt_t(best / Q), f"{per_q_ref / (best / Q):,.0f}x per query", f"{err:.1e}"))
     rows.append(("dwave TreeDecompositionSampler", f"{k} of {Q}", fmt_t(per_q_ref * Q) + " (extrap.)", "-", "-",
                  fmt_t(per_q_ref), "-", "(reference)"))
-    widths = [max(len(r[i]) for r in rows + [hdr]) for i in range(len(hdr))]
-    line = lambda r: "  ".join(c.ljust(wd) if i < 2 else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths)))
-    print(line(hdr))
-    print("  ".join("-" * wd for wd in widths))
-    for r in rows:
-        print(line(r))
+    print("\n".join(table_lines(hdr, rows, left=2)))
     print("\nTimes: ours best (and median) of repeats after compile; anchor: mean per query over the queries run.")
     err64 = float(np.abs(res[np.float64][0][:k] - m_ref).max())
     ratio32 = per_q_ref / (res[np.float32][2] / Q)

@@ -36,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 
+from _table import table_lines
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ROWS = ("layer-softmax-64", "layer-hJ-64", "layer-softmax-256", "layer-hJ-256",
@@ -160,12 +162,7 @@ def main(argv=None) -> int:
         ratio = "-" if base is None or variant == "softmax" else f"{per / (base['median_s'] / base['batch']):.1f}x"
         rows.append((label, name, T, str(r["batch"]), f"{r['median_s'] * 1e3:.1f} ms", f"{r['best_s'] * 1e3:.1f} ms",
                      f"{per * 1e3:.2f} ms", f"{r['compile_s']:.1f} s", ratio, f"{r['load']:.2f}"))
-    widths = [max(len(x[i]) for x in rows + [hdr]) for i in range(len(hdr))]
-    line = lambda x: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
-    print(line(hdr))
-    print("  ".join("-" * w for w in widths))
-    for x in rows:
-        print(line(x))
+    print("\n".join(table_lines(hdr, rows, left=2)))
 
     g = res.get(("work", "gemm-f32-512"))
     if g:  # issue 13's ideal: one forward sweep, 2^(w+1) T^2 / 2 multiply-adds per sequence, at the GEMM rate

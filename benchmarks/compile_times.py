@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from _table import table_lines
+
 TARGET_S = 60.0
 HERE = os.path.dirname(os.path.abspath(__file__))
 DENSE = ("exact", "meanfield", "meanfield-naive", "meanfield-tap", "meanfield-bp", "gibbs", "sqa", "dqa", "dimod")
@@ -158,13 +160,8 @@ def main(argv=None) -> int:
             rows.append((name, what, size, err, "-", "-", f"{TARGET_S:.0f} s", "MISS", load))
         print(f"  done {label} in {wall:.0f} s (process)", file=sys.stderr, flush=True)
     hdr = ("engine", "call", "size", "first call", "second call", "first - second", "target", "", "load start/end")
-    widths = [max(len(x[i]) for x in rows + [hdr]) for i in range(len(hdr))]
-    line = lambda x: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
     print()
-    print(line(hdr))
-    print("  ".join("-" * w for w in widths))
-    for x in rows:
-        print(line(x))
+    print("\n".join(table_lines(hdr, rows, left=3)))
     miss = [f"{x[0]} {x[1]} ({x[2]})" for x in rows if x[7] == "MISS"]
     print(f"\n{len(rows) - len(miss)} of {len(rows)} first calls within {TARGET_S:.0f} s"
           + (f"; over: {', '.join(miss)}" if miss else "") + f". 1-min load average at end {os.getloadavg()[0]:.2f}")

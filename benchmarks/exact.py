@@ -48,6 +48,8 @@ import numpy as np
 from isingattn import IsingModel
 from isingattn.inference.exact import Exact
 
+from _table import table_lines
+
 TARGETS_N = 20
 TARGET_NAIVE = 100.0  # ours ≥ 100x faster than naive enumeration (total time, Q queries)
 TARGET_EXACTSOLVER = 10_000.0  # ours ≥ 10,000x faster than dimod.ExactSolver per query
@@ -366,16 +368,8 @@ def main(argv=None) -> int:
                 "(reference)" if ratio is None else f"{err:.1e}" + ("" if err <= CORRECT_TOL else "  WRONG"),
             )
         )
-    widths = [max(len(r[i]) for r in table + [hdr]) for i in range(len(hdr))]
-    line = lambda r: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    out(line(hdr))
-    out("  ".join("-" * w for w in widths))
-    prev = None
-    for r in table:
-        if prev is not None and r[0] != prev:
-            out("")
-        out(line(r))
-        prev = r[0]
+    for ln in table_lines(hdr, table, left=3, group_col=0):
+        out(ln)
     out("")
     out("Times: JAX methods best (and median) of repeats after compile, timed round-robin with each other;")
     out("anchors: measured mean per query x Q, labelled 'extrap.' (after one untimed warm-up call).")

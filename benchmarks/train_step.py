@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 
+from _table import table_lines
+
 CONFIGS = {  # name -> (T, Config overrides)
     "softmax-16": (16, dict(variant="softmax")),
     "hJ-exact-16": (16, dict(variant="hJ")),
@@ -107,12 +109,7 @@ def main(argv=None) -> int:
             ratio += f" (per sequence; batch {r['batch']} vs {b['batch']})"
         rows.append((name, str(r["T"]), str(r["batch"]), f"{r['median_s']:.3f} s", f"{r['best_s']:.3f} s",
                      f"{r['compile_s']:.1f} s", f"{r['peak_mib']:,.0f} MiB", ratio))
-    widths = [max(len(x[i]) for x in rows + [hdr]) for i in range(len(hdr))]
-    line = lambda x: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths)))
-    print(line(hdr))
-    print("  ".join("-" * w for w in widths))
-    for x in rows:
-        print(line(x))
+    print("\n".join(table_lines(hdr, rows, left=1)))
     print("\nTargets:")
     if "hJ-exact-24" in res:
         t = res["hJ-exact-24"]["median_s"]
