@@ -100,8 +100,8 @@ def paired(a: dict, b: dict):
 
 
 def same_shape(a, b) -> bool:
-    """Same task, context, FFN, steps and model shape: runs whose seeds pair."""
-    keys = ("task", "seq_len", "ffn", "steps", "d_model")
+    """Same task, context, FFN, steps and model shape (and MQAR's pairs and vocabulary): runs whose seeds pair."""
+    keys = ("task", "seq_len", "ffn", "steps", "d_model", "pairs", "mqar_vocab")
     return all(a.get(k) == b.get(k) for k in keys) and (a.get("layers", 1), a.get("heads", 1)) == (
         b.get("layers", 1), b.get("heads", 1))
 

@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.cells import load_cells, logged_results, wall_seconds, finished as finished_runs
+from isingattn.models.app.cells import load_cells, logged_results, sibling, wall_seconds, finished as finished_runs
 from isingattn.models.app import controls
 from isingattn.models.app.capacity import capacity_readme
 from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ, untuned_blocks
@@ -96,6 +96,9 @@ def cells() -> list:
     out += [Cell("mqar", seq_len=64, pairs=n, mqar_vocab=v, d_model=32, **BAND, **mq) for n, v in ((16, 65), (8, 129))]
     # T = 256 with T = 128's 16 pairs and vocabulary: only the length changes
     out += [Cell("mqar", seq_len=256, pairs=16, mqar_vocab=65, d_model=32, **BAND, **mq)]
+    # full J through TAP at T = 64, 16 pairs: hJ and J only (softmax and h, which have no J, pair from the toeplitz cell)
+    out += [Cell("mqar", seq_len=64, pairs=16, mqar_vocab=65, d_model=32, engine="meanfield",
+                 engine_kw=(("method", "tap"),), **{**mq, "variants": ("hJ", "J")})]
     return out
 
 
@@ -276,13 +279,19 @@ def _mqar(root, mine, every) -> str:
     md = ("Multi-query associative recall (`isingattn.models.mqar`): key-value pairs, then every key queried once "
           "more; accuracy is the share of queries whose value is recalled. 2 layers.\n")
     for c in mine:
-        R = c["results"]
-        named = [(v, R.get(v)) for v in ("softmax", "hJ", "h", "J")]
+        # a full-J cell trains hJ and J only: softmax and h (no J) are the toeplitz cell's runs of the same seeds
+        R = {v: (sib["results"][v] if (sib := sibling(c, mine, v)) else None) for v in ("softmax", "hJ", "h", "J")}
+        named = list(R.items())
+        engine = "" if c["engine"] in ("exact", "banded") else f", through {c['engine']}" + "".join(
+            f" {x}" for k, x in c.get("engine_kw", ()) if k == "method")
         md += (f"\n### T={c['seq_len']}, {c['pairs']} pairs, vocabulary {c['mqar_vocab']}, d_model {c['d_model']}, "
-               f"J {c['J_param']}{c.get('J_band') or ''}\n\n| | softmax | hJ | h | J |\n|---|---|---|---|---|\n")
+               f"J {c['J_param']}{c.get('J_band') or ''}{engine}\n\n| | softmax | hJ | h | J |\n|---|---|---|---|---|\n")
         md += means_row("recall accuracy (%)", named) + "\n"
         md += compare_rows([("hJ − softmax", R.get("hJ") or {}, R.get("softmax") or {}),
                             ("hJ − h", R.get("hJ") or {}, R.get("h") or {})])
+        if "softmax" not in c["variants"]:
+            md += ("\nsoftmax and h are the runs of the same seeds in the toeplitz cell of this T, pairs and vocabulary "
+                   "(their models differ from this cell's only in the shape of an unused J parameter).\n")
     return md
 
 
