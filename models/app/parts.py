@@ -280,7 +280,8 @@ def _mqar(root, mine, every) -> str:
           "more; accuracy is the share of queries whose value is recalled. 2 layers.\n")
     for c in mine:
         # a full-J cell trains hJ and J only: softmax and h (no J) are the toeplitz cell's runs of the same seeds
-        R = {v: (sib["results"][v] if (sib := sibling(c, mine, v)) else None) for v in ("softmax", "hJ", "h", "J")}
+        R = {v: c["results"].get(v) if v in c["variants"] else (sib["results"][v] if (sib := sibling(c, mine, v)) else None)
+             for v in ("softmax", "hJ", "h", "J")}
         named = list(R.items())
         engine = "" if c["engine"] in ("exact", "banded") else f", through {c['engine']}" + "".join(
             f" {x}" for k, x in c.get("engine_kw", ()) if k == "method")
@@ -312,11 +313,12 @@ def unfinished(root: str, part: str) -> list[dict]:
     for path in sorted(glob.glob(os.path.join(glob.escape(root), part, "*", "cell.json"))):
         folder = os.path.dirname(path)
         log = os.path.join(folder, "metrics.jsonl")
-        if os.path.exists(os.path.join(folder, "results.json")) or not os.path.exists(log):
+        if os.path.exists(os.path.join(folder, "results.json")):
             continue
         cell = {**json.load(open(path)), "folder": folder, "in_progress": True}
-        cell["results"] = logged_results(folder, cell["steps"])
-        cell["wall_s"] = wall_seconds(folder, finished_runs(cell))
+        started = os.path.exists(log)  # a cell whose first run is still training has no log yet
+        cell["results"] = logged_results(folder, cell["steps"]) if started else {}
+        cell["wall_s"] = wall_seconds(folder, finished_runs(cell)) if started else 0.0
         out.append(cell)
     return out
 

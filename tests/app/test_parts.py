@@ -1,6 +1,7 @@
 """Issue 32's parts: their statistics against scipy and by hand, their cells' names and seeds, and a
 tiny part run end to end (MQAR scored on a validation split, seeds from seed0, no checkpoints kept)."""
 
+import dataclasses
 import json
 import math
 
@@ -89,6 +90,30 @@ def test_a_tiny_mqar_part_cell_runs_on_validation_from_seed0_and_writes_its_read
     cols = [c.strip() for c in line.strip("|").split("|")]
     hours = seconds / 3600
     assert cols[3:] == ["4", f"{hours:.1f}", f"{2 * hours:.1f}", "1"]
+
+
+def test_a_full_J_mqar_cell_pairs_with_the_toeplitz_cells_softmax_and_h_and_shows_while_its_first_run_trains(tmp_path):
+    tiny = dict(steps=20, eval_every=10, d_model=8, batch_size=8, n_train=64, n_test=16, layers=2, seeds=2,
+                pairs=2, mqar_vocab=9)
+    base = Cell("mqar", "mqar", 16, variants=("softmax", "h"), J_param="toeplitz", J_band=2, engine="banded",
+                engine_kw=(("bandwidth", 2),), **tiny)
+    full = Cell("mqar", "mqar", 16, variants=("hJ",), engine="meanfield", engine_kw=(("method", "tap"),), **tiny)
+    other = Cell("mqar", "mqar", 16, variants=("softmax",), pairs=3, mqar_vocab=9, seeds=2,
+                 **{k: v for k, v in tiny.items() if k not in ("pairs", "mqar_vocab", "seeds")})
+    folder = {c: tmp_path / "mqar" / c.name.split("/", 1)[1] for c in (base, full, other)}
+    assert len(set(folder.values())) == 3
+    ran = {c: run_cell(c, str(folder[c]), progress=False) for c in (base, other)}
+    folder[full].mkdir(parents=True)  # started: its cell.json written, no run finished yet
+    (folder[full] / "cell.json").write_text(json.dumps(dataclasses.asdict(full)))
+    text = parts.write_part(str(tmp_path), "mqar")
+    assert f"**Still training** (their finished runs only are shown): mqar/{folder[full].name}" in text
+    ran[full] = run_cell(full, str(folder[full]), progress=False)
+    text = parts.write_part(str(tmp_path), "mqar")
+    section = text.split("through meanfield tap")[1].split("###")[0]
+    # softmax and h from the toeplitz cell of the same pairs and vocabulary, not the 3-pair cell's softmax
+    d = [100 * (ran[full]["hJ"][s] - ran[base]["softmax"][s]) for s in (0, 1)]
+    assert f"| hJ − softmax | 2 (0–1) | {np.mean(d):.2f} ± " in section
+    assert "softmax and h are the runs of the same seeds in the toeplitz cell" in section
 
 
 def test_compare_rows_pairs_by_common_seeds_by_hand():
