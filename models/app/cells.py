@@ -132,6 +132,14 @@ def sibling(cell, cells, variant: str) -> Optional[dict]:
                  and variant in x["results"]), None)
 
 
+def with_siblings(cell, cells, variants=("softmax", "hJ", "h", "J")) -> dict:
+    """``{variant: results by seed or None}``: ``cell``'s own for the variants it trains, :func:`sibling`'s for
+    the others (a full-J MQAR cell trains hJ and J; softmax and h, which have no J, come from the toeplitz cell)."""
+    own = cell.get("variants") or list(cell["results"])
+    return {v: cell["results"].get(v) if v in own else (sib["results"][v] if (sib := sibling(cell, cells, v)) else None)
+            for v in variants}
+
+
 def baseline(cell, cells) -> tuple[Optional[dict], str]:
     """``(results by seed, label)`` that ``cell``'s hJ is paired against (None when there is none): see
     :func:`reference`."""

@@ -6,7 +6,7 @@ the new controls and on the second task, one panel per question, at most six ent
 2. brackets-hard T = 24: against softmax and h (seeds 0-4, and 5-9 where trained) and against softmax + B, h + B;
 3. capacity: the gain over softmax and over h against the parameter count, a line per shape
    (:mod:`~isingattn.models.app.capacity`);
-4. MQAR: hJ against softmax, h and J at each T trained.
+4. MQAR: hJ against softmax, and against h, one panel each, an entry per cell (T, pairs, vocabulary, J).
 
 Each entry is the mean paired difference by seed with its 95% t interval; above 0, hJ did better.
 """
@@ -17,6 +17,7 @@ import os
 
 from isingattn import atomic
 from isingattn.models.app.capacity import capacity_points, draw_gain
+from isingattn.models.app.cells import with_siblings
 from isingattn.models.app.pairing import T16, find, paired_diff, rerun_hJ, untuned_blocks
 from isingattn.models.app.report import mean_ci
 
@@ -56,10 +57,17 @@ def entries(every, untuned: dict, tuned: dict) -> dict:
             out["brackets-hard, T = 16, FFN on: hJ against"] = rows + more
         else:
             out["brackets-hard, T = 24, FFN on: hJ against"] = more
-    for c in (c for c in every if c["part"] == "mqar"):
-        R = c["results"]
-        out[f"MQAR, T = {c['seq_len']}, {c['pairs']} pairs, d_model {c['d_model']}: hJ against"] = [
-            (f"{v}, seeds {_seeds(R.get('hJ'), R.get(v))}", paired_diff(R.get("hJ"), R.get(v))) for v in ("softmax", "h", "J")]
+    mq = sorted((c for c in every if c["part"] == "mqar"),
+                key=lambda c: (c["seq_len"], c["pairs"], c["mqar_vocab"], c["d_model"], c["engine"]))
+    for other in ("softmax", "h"):  # one panel per comparison, an entry per cell
+        rows = []
+        for c in mq:
+            R = with_siblings(c, mq, ("hJ", other))
+            form = "" if c["J_param"] != "full" else f", full J ({dict(c.get('engine_kw') or ()).get('method', c['engine'])})"
+            rows.append((f"T={c['seq_len']}, {c['pairs']} pairs, V={c['mqar_vocab']}{form}\nseeds "
+                         f"{_seeds(R['hJ'], R[other])}", paired_diff(R["hJ"], R[other])))
+        shape = ["/".join(str(x) for x in sorted({c.get(k, 1) for c in mq})) for k in ("layers", "d_model")]
+        out[f"MQAR, {shape[0]} layers, d_model {shape[1]}: hJ − {other}"] = rows
     return out
 
 

@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.cells import load_cells, logged_results, sibling, wall_seconds, finished as finished_runs
+from isingattn.models.app.cells import load_cells, logged_results, wall_seconds, with_siblings, finished as finished_runs
 from isingattn.models.app import controls
 from isingattn.models.app.capacity import capacity_readme
 from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ, untuned_blocks
@@ -280,8 +280,7 @@ def _mqar(root, mine, every) -> str:
           "more; accuracy is the share of queries whose value is recalled. 2 layers.\n")
     for c in mine:
         # a full-J cell trains hJ and J only: softmax and h (no J) are the toeplitz cell's runs of the same seeds
-        R = {v: c["results"].get(v) if v in c["variants"] else (sib["results"][v] if (sib := sibling(c, mine, v)) else None)
-             for v in ("softmax", "hJ", "h", "J")}
+        R = with_siblings(c, mine)
         named = list(R.items())
         engine = "" if c["engine"] in ("exact", "banded") else f", through {c['engine']}" + "".join(
             f" {x}" for k, x in c.get("engine_kw", ()) if k == "method")
