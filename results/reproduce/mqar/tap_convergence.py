@@ -2,7 +2,8 @@
 
     python results/reproduce/mqar/tap_convergence.py results/reproduce/mqar/T64-meanfield-tap-2x1-n16-v65-d32
 
-For every ``ckpt-hJ-s*.npz`` in the folder (the checkpoints are not committed: run the cell first), runs the
+For every ``ckpt-hJ-s*.npz`` in the folder (not committed, and deleted when the cell finishes: run it while
+the cell trains, after an hJ run has finished), runs the
 model eagerly on its seed's first ``--strings`` test strings and prints, per layer, how many of the
 per-query Ising models (strings x heads x queries) TAP left unconverged within its ``max_iter``, the largest
 residual (recomputed at the state returned, it can exceed the tolerance by float32 rounding) and the
