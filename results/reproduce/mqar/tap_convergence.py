@@ -6,8 +6,7 @@ For every ``ckpt-hJ-s*.npz`` in the folder (not committed, and deleted when the 
 the cell trains, after an hJ run has finished), runs the
 model eagerly on its seed's first ``--strings`` test strings and prints, per layer, how many of the
 per-query Ising models (strings x heads x queries) TAP left unconverged within its ``max_iter``, the largest
-residual (recomputed at the state returned, it can exceed the tolerance by float32 rounding) and the
-iterations taken. Training used the same engine under ``jit``, where no warning can fire."""
+residual and the iterations taken. Training used the same engine under ``jit``, where no warning can fire."""
 
 from __future__ import annotations
 
