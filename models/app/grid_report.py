@@ -15,6 +15,7 @@ import os
 import textwrap
 from typing import Optional
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -241,6 +242,11 @@ def _sample_tokens(cell, chars: str) -> np.ndarray:
     return np.array([opens + filler + [k + o for o in reversed(opens)]], np.int32)
 
 
+@eqx.filter_jit  # one compiled program; run eagerly, each of the engine's operations compiles on its own
+def _forward_with_weights(model, tokens):
+    return model(tokens, key=jax.random.PRNGKey(0), return_weights=True)
+
+
 def _attention_weights(cell) -> Optional[dict]:
     """``{"labels": [...], "weights": {variant: [T, T]}}`` from seed 0's checkpoints (kept in
     ``attention.json``), else from that file; None when neither is there."""
@@ -255,7 +261,7 @@ def _attention_weights(cell) -> Optional[dict]:
     for v, ck in cks.items():
         model, meta = load_transformer(ck)
         tokens = _sample_tokens(cell, meta["chars"])
-        _, w = model(tokens, key=jax.random.PRNGKey(0), return_weights=True)  # (1, n_layers * H, T, T)
+        _, w = _forward_with_weights(model, tokens)  # (1, n_layers * H, T, T)
         out["weights"][v] = np.asarray(w)[0, 0].tolist()  # head 0 of the first layer
         out["labels"] = [meta["chars"][t] for t in tokens[0]]
     if _read_json(path) != out:
@@ -263,16 +269,31 @@ def _attention_weights(cell) -> Optional[dict]:
     return out
 
 
-def _attention_maps(cells, root):
-    """Head-0 attention weights (first layer) of seed 0 of every variant on a fixed input, side by side.
-
-    Cells whose weights were never stored keep the map that was drawn when their
-    checkpoints existed."""
+def _draw_attention(att: dict, title: str, path: str) -> None:
+    """Side-by-side maps of ``att["weights"]`` ({variant: [T, T]}), ticks labelled by ``att["labels"]``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    ws, labels = att["weights"], att["labels"]
+    fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws) + 0.8, 3.3), squeeze=False, layout="constrained")
+    for ax, (v, w) in zip(axes[0], ws.items()):
+        im = ax.imshow(np.asarray(w), cmap="viridis", vmin=0, vmax=1)
+        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.set(title=v, xlabel="key", ylabel="query")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label="attention weight")  # one scale, 0 to 1, for all
+    fig.suptitle(title, fontsize=9)
+    atomic.savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
+def _attention_maps(cells, root):
+    """Head-0 attention weights (first layer) of seed 0 of every variant on a fixed input, side by side.
+
+    Cells whose weights were never stored keep the map that was drawn when their
+    checkpoints existed."""
     paths = []
     for c in cells:
         p = os.path.join(c["folder"], "attention.png")
@@ -281,18 +302,7 @@ def _attention_maps(cells, root):
             if os.path.exists(p):
                 paths.append(os.path.relpath(p, root))
             continue
-        ws = att["weights"]
-        fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws) + 0.8, 3.3), squeeze=False, layout="constrained")
-        labels = att["labels"]
-        for ax, (v, w) in zip(axes[0], ws.items()):
-            im = ax.imshow(np.asarray(w), cmap="viridis", vmin=0, vmax=1)
-            ax.set_xticks(range(len(labels)), labels, fontsize=7)
-            ax.set_yticks(range(len(labels)), labels, fontsize=7)
-            ax.set(title=v, xlabel="key", ylabel="query")
-        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label="attention weight")  # one scale, 0 to 1, for all
-        fig.suptitle(f"attention, {os.path.basename(c['folder'])} (seed 0, head 0)", fontsize=9)
-        atomic.savefig(fig, p, dpi=110)
-        plt.close(fig)
+        _draw_attention(att, f"attention, {os.path.basename(c['folder'])} (seed 0, head 0)", p)
         paths.append(os.path.relpath(p, root))
     return paths
 

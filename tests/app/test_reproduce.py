@@ -73,14 +73,18 @@ def test_report_only_rebuilds_the_committed_report_from_committed_files(tmp_path
     """A fresh clone has no checkpoints (they are not committed): the report must come out
     the same from the files that are, and the committed logs hold no duplicate rows.
 
-    The ~100 figures are built but not rasterized (most of the time; the markdown and
-    CSVs do not depend on the pixels); test_cells_resume_and_report writes real ones."""
+    The markdown and CSVs do not depend on the pixels, so the ~100 figures are built but not
+    rasterized, and the per-cell heatmaps and attention maps (most of the building time) not
+    built at all; test_cells_resume_and_report draws and writes real ones."""
     import shutil
     from pathlib import Path
 
-    from isingattn import atomic
+    from isingattn import analysis, atomic
+    from isingattn.models.app import grid_report
 
     monkeypatch.setattr(atomic, "savefig", lambda fig, path, **kw: None)
+    monkeypatch.setattr(analysis, "plot_couplings", lambda *a, **kw: None)
+    monkeypatch.setattr(grid_report, "_draw_attention", lambda *a, **kw: None)
 
     committed = Path(__file__).parents[2] / "results" / "reproduce"
     root = tmp_path / "reproduce"

@@ -292,6 +292,7 @@ def test_meanfield_on_edges_equals_dense_with_gradients(method):
     np.testing.assert_allclose(np.asarray(jax.grad(sp)(w)), gd[:, i, j] + gd[:, j, i], atol=1e-9)
 
 
+@pytest.mark.run_bound
 @pytest.mark.parametrize("name", ["gibbs", "sqa"])
 def test_samplers_on_a_strip_agree_with_banded_within_4_mcse(name):
     """Gibbs and thermal SQA on the edge list of an open 64 x 8 strip (512 spins, row-major:

@@ -96,6 +96,7 @@ def _torus(L, K):
                       beta=K)
 
 
+@pytest.mark.run_bound
 @pytest.mark.slow
 def test_standard_error_is_honest_on_a_16x16_torus():
     """Over 20 keys on a 16×16 torus at K = 0.35 (disordered), z = (log Ẑ - log Z_Kaufman) / SE:
@@ -113,19 +114,16 @@ def test_standard_error_is_honest_on_a_16x16_torus():
     assert 0.37 <= np.mean(np.square(z)) <= 2.2, z
 
 
-# At K_c and in the ordered phase the single-spin anneal leaves a few chains carrying the weight
-# (benchmarks/README.md, "log Z from every engine"): the error is then several reported SEs.
-# Known shortfall of the Gibbs transition (issue 28), kept visible here rather than loosened;
-# the Swendsen–Wang transition carries the chains through the transition (the cases below).
-KNOWN_SHORT = pytest.mark.xfail(reason="AIS with Gibbs sweeps: the delta-method SE underestimates the error at "
-                                       "K >= K_c (heavy-tailed weights); use transition='swendsen-wang'; issue 28",
-                                strict=False)
+# At K_c and in the ordered phase the single-spin (Gibbs) anneal leaves a few chains carrying the
+# weight and its SE is not honest (off by 2.7 to 72 SE: benchmarks/README.md, "log Z from every
+# engine", issue 28): it is not run here, where it would only be an xfail; the Swendsen–Wang
+# transition carries the chains through the transition (the cases below).
 K_C = 0.4406867935097715
 
 
+@pytest.mark.run_bound
 @pytest.mark.slow
-@pytest.mark.parametrize("K, transition", [(0.3, "gibbs"), pytest.param(K_C, "gibbs", marks=KNOWN_SHORT),
-                                           (K_C, "swendsen-wang"), (0.6, "swendsen-wang")])
+@pytest.mark.parametrize("K, transition", [(0.3, "gibbs"), (K_C, "swendsen-wang"), (0.6, "swendsen-wang")])
 def test_log_z_on_a_32x32_torus_agrees_with_kaufman(K, transition):
     from isingattn import onsager
 
@@ -136,6 +134,7 @@ def test_log_z_on_a_32x32_torus_agrees_with_kaufman(K, transition):
     assert abs(err) <= 4 * float(out.info["log_z_se"]), (err, float(out.info["log_z_se"]))
 
 
+@pytest.mark.run_bound
 @pytest.mark.slow
 def test_swendsen_wang_transition_standard_error_is_honest_on_a_16x16_torus_at_K_c():
     """As test_standard_error_is_honest_on_a_16x16_torus, at the critical coupling, where the

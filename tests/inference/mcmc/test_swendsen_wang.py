@@ -151,15 +151,18 @@ def _torus_energy_check(L, C, draws, warmup, seed):
     return m
 
 
+@pytest.mark.run_bound
 def test_torus_16_energy_at_kc():
     _torus_energy_check(16, 4, 1000, 50, seed=0)
 
 
+@pytest.mark.run_bound
 @pytest.mark.slow
 def test_torus_64_energy_at_kc():
     _torus_energy_check(64, 4, 2000, 100, seed=1)
 
 
+@pytest.mark.run_bound
 @pytest.mark.slow
 def test_torus_16_dense_energy_at_kc():
     L = 16
