@@ -96,7 +96,7 @@ def _free_compiled_programs():
 # ``jax.jit(..., compiler_options=...)`` would pass, so the persistent cache keeps the two levels
 # apart. A program the process already compiled is reused as it is. The semantics are the same,
 # the rounding not: a marginal statistical case can pass at one level and fail at the other
-# (the 6×40 strip in tests/inference/mcmc/test_pt.py).
+# (it did: the 6×40 strip in tests/inference/mcmc/test_pt.py, now given more draws).
 # Subprocesses get level 1 through XLA_FLAGS (_xla.run_bound_xla_flags).
 
 
