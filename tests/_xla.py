@@ -3,15 +3,16 @@ pass them on)."""
 
 import os
 
+LEVEL = "xla_backend_optimization_level"
+
 # LLVM backend optimisation level 0 and XLA:CPU's elemental emitters: same semantics, about half the
 # compile time, which dominates most tests.
-FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+FAST_COMPILE_FLAGS = f"--{LEVEL}=0 --xla_cpu_use_fusion_emitters=false"
 
 # For a run-bound test (its time is running, not compiling): level 1 runs several times faster.
-RUN_BOUND_OPTIONS = {"xla_backend_optimization_level": 1}
+RUN_BOUND_OPTIONS = {LEVEL: 1}
 
 
 def run_bound_xla_flags() -> str:
-    """This process's XLA_FLAGS with level 1 in place of level 0, for a run-bound subprocess."""
-    return os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0",
-                                                   "--xla_backend_optimization_level=1")
+    """This process's XLA_FLAGS with the run-bound level in place of level 0, for a run-bound subprocess."""
+    return os.environ.get("XLA_FLAGS", "").replace(f"--{LEVEL}=0", f"--{LEVEL}={RUN_BOUND_OPTIONS[LEVEL]}")
