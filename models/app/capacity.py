@@ -8,7 +8,6 @@ import os
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.cells import logged_results
 from isingattn.models.app.pairing import T16, compare_rows, find, paired_diff, rerun_hJ
 from isingattn.models.app.report import fmt, mean_ci
 
@@ -47,8 +46,7 @@ def capacity_points(mine, every, T: int = 16) -> list[dict]:
     counts = {(r["T"], r["d_model"], r["layers"], r["heads"]): r for r in param_counts()}
     base = find(every, "brackets-hard", {**T16, "seq_len": T}, J_param="full" if T == 16 else "toeplitz", seed0=0)
     depth = next((c for c in every if c["part"] == "depth" and c["seq_len"] == T), None)
-    cells_ = [({**c, "results": {**logged_results(c["folder"], c["steps"]), **c["results"]}}, c.get("d_model", 64), c.get("layers", 1),
-               c.get("heads", 1)) for c in mine if c["seq_len"] == T]
+    cells_ = [(c, c.get("d_model", 64), c.get("layers", 1), c.get("heads", 1)) for c in mine if c["seq_len"] == T]
     if base is not None:
         R = dict(base["results"])
         R["hJ"] = rerun_hJ(every, base)[0] or R.get("hJ", {})

@@ -47,8 +47,8 @@ def logged_seconds(folder: str, runs: set) -> float:
     return sum(last.values()) if last else math.nan
 
 
-def logged_results(folder: str, steps: int) -> dict:
-    """``{variant: {seed: test_acc}}`` of the runs ``folder``'s metrics.jsonl logs as finished (a row at step
+def logged_results(folder: str, steps: int, metric: str = "test_acc") -> dict:
+    """``{variant: {seed: metric}}`` of the runs ``folder``'s metrics.jsonl logs as finished (a row at step
     ``steps``), whether or not results.json holds them (a cell still training, or a variant dropped after it
     diverged on a later seed)."""
     out: dict = {}
@@ -56,7 +56,7 @@ def logged_results(folder: str, steps: int) -> dict:
     for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
         rec = json.loads(line)
         if rec.get("step") == steps:
-            out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec["test_acc"]
+            out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec[metric]
     return out
 
 
@@ -78,8 +78,11 @@ def load_cells(root: str) -> list[dict]:
             continue
         cell = json.load(open(path))
         cell["folder"] = folder
-        cell["results"] = {v: {int(s): x for s, x in r.items()} for v, r in json.load(
-            open(os.path.join(folder, "results.json"))).items()}
+        # results.json holds the variants the cell finished with; a variant dropped after it diverged on a later
+        # seed (``parts.DIVERGED``) keeps the seeds it finished before, from metrics.jsonl
+        cell["results"] = {**logged_results(folder, cell["steps"], METRIC[cell["task"]][0]), **{
+            v: {int(s): x for s, x in r.items()} for v, r in json.load(
+                open(os.path.join(folder, "results.json"))).items()}}
         cell["wall_s"] = wall_seconds(folder, finished(cell))
         cells.append(cell)
     return cells
@@ -135,7 +138,7 @@ def sibling(cell, cells, variant: str) -> Optional[dict]:
 def with_siblings(cell, cells, variants=("softmax", "hJ", "h", "J")) -> dict:
     """``{variant: results by seed or None}``: ``cell``'s own for the variants it trains, :func:`sibling`'s for
     the others (a full-J MQAR cell trains hJ and J; softmax and h, which have no J, come from the toeplitz cell)."""
-    own = cell.get("variants") or list(cell["results"])
+    own = set(cell.get("variants") or ()) | set(cell["results"])
     return {v: cell["results"].get(v) if v in own else (sib["results"][v] if (sib := sibling(cell, cells, v)) else None)
             for v in variants}
 

@@ -4,6 +4,7 @@ tiny part run end to end (MQAR scored on a validation split, seeds from seed0, n
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,3 +158,36 @@ def test_a_diverged_variant_is_not_retried(monkeypatch, tmp_path):
     parts.main(["--cell", cell.name, "--root", str(tmp_path)])
     parts.main(["--cell", cell.name, "--root", str(tmp_path), "--variants", "h"])  # nothing left to run
     assert ran == [("softmax", "hJ")]
+
+
+def test_a_variant_dropped_after_it_diverged_keeps_its_finished_seeds(tmp_path):
+    """A finished cell whose results.json lacks a variant that diverged on a later seed: the seeds that variant
+    finished come from metrics.jsonl (in the task's metric), results.json wins where both hold a run, and the
+    README pairs hJ with them and counts them as finished runs."""
+    from isingattn.models.app.cells import load_cells
+
+    def write(cell, results, logged):
+        folder = tmp_path / cell.name
+        folder.mkdir(parents=True)
+        (folder / "cell.json").write_text(json.dumps(dataclasses.asdict(cell)))
+        (folder / "results.json").write_text(json.dumps(results))
+        rows = [{"step": step, "variant": v, "seed": s, "wall_s": 60.0 * step / cell.steps, **metric}
+                for (v, s), metric in logged.items() for step in (cell.steps // 2, cell.steps)]
+        rows.append({"step": cell.steps // 2, "variant": "h", "seed": 2, "wall_s": 30.0, "test_acc": 0.9})  # diverged
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    mq = Cell("mqar", "mqar", 16, variants=("softmax", "hJ"), seeds=3, steps=20, pairs=2, mqar_vocab=9, d_model=8)
+    acc = {v: {0: a, 1: a + 0.02, 2: a + 0.01} for v, a in (("softmax", 0.30), ("hJ", 0.40))}
+    write(mq, {v: {str(s): x for s, x in r.items()} for v, r in acc.items()},
+          {**{(v, s): {"test_acc": x} for v, r in acc.items() for s, x in r.items()},
+           ("h", 0): {"test_acc": 0.37}, ("h", 1): {"test_acc": 0.41}})
+    sh = Cell("shakespeare", "shakespeare", 4, variants=("hJ",), seeds=1, steps=20)
+    write(sh, {"hJ": {"0": 5.0}}, {("hJ", 0): {"test_ppl": 9.0, "test_acc": 0.1},
+                                   ("h", 0): {"test_ppl": 6.5, "test_acc": 0.2}})
+    got = {str(Path(c["folder"]).relative_to(tmp_path)): c["results"] for c in load_cells(str(tmp_path))}
+    assert got[mq.name] == {**acc, "h": {0: 0.37, 1: 0.41}}  # h's seed 2 did not finish
+    assert got[sh.name] == {"hJ": {0: 5.0}, "h": {0: 6.5}}  # perplexity, and results.json's hJ
+    text = parts.write_part(str(tmp_path), "mqar")
+    d = [100 * (acc["hJ"][s] - h) for s, h in ((0, 0.37), (1, 0.41))]
+    assert f"| hJ − h | 2 (0–1) | {np.mean(d):.2f} ± " in text and "(n=2)" in text
+    assert parts.compute(str(tmp_path))["mqar"][0] == 8  # 3 softmax, 3 hJ, 2 h
