@@ -47,15 +47,16 @@ def logged_seconds(folder: str, runs: set) -> float:
     return sum(last.values()) if last else math.nan
 
 
-def logged_results(folder: str, steps: int, metric: str = "test_acc") -> dict:
-    """``{variant: {seed: metric}}`` of the runs ``folder``'s metrics.jsonl logs as finished (a row at step
-    ``steps``), whether or not results.json holds them (a cell still training, or a variant dropped after it
-    diverged on a later seed)."""
+def logged_results(cell) -> dict:
+    """``{variant: {seed: metric}}`` (the task's metric, :data:`METRIC`) of the runs that the metrics.jsonl of
+    ``cell["folder"]`` logs as finished (a row at step ``cell["steps"]``), whether or not results.json holds
+    them (a cell still training, or a variant dropped after it diverged on a later seed)."""
     out: dict = {}
-    path = os.path.join(folder, "metrics.jsonl")
+    metric = METRIC[cell["task"]][0]
+    path = os.path.join(cell["folder"], "metrics.jsonl")
     for line in open(path, encoding="utf-8") if os.path.exists(path) else ():
         rec = json.loads(line)
-        if rec.get("step") == steps:
+        if rec.get("step") == cell["steps"]:
             out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec[metric]
     return out
 
@@ -80,7 +81,7 @@ def load_cells(root: str) -> list[dict]:
         cell["folder"] = folder
         # results.json holds the variants the cell finished with; a variant dropped after it diverged on a later
         # seed (``parts.DIVERGED``) keeps the seeds it finished before, from metrics.jsonl
-        cell["results"] = {**logged_results(folder, cell["steps"], METRIC[cell["task"]][0]), **{
+        cell["results"] = {**logged_results(cell), **{
             v: {int(s): x for s, x in r.items()} for v, r in json.load(
                 open(os.path.join(folder, "results.json"))).items()}}
         cell["wall_s"] = wall_seconds(folder, finished(cell))
@@ -136,8 +137,9 @@ def sibling(cell, cells, variant: str) -> Optional[dict]:
 
 
 def with_siblings(cell, cells, variants=("softmax", "hJ", "h", "J")) -> dict:
-    """``{variant: results by seed or None}``: ``cell``'s own for the variants it trains, :func:`sibling`'s for
-    the others (a full-J MQAR cell trains hJ and J; softmax and h, which have no J, come from the toeplitz cell)."""
+    """``{variant: results by seed or None}``: ``cell``'s own for the variants it trains or has finished runs
+    of, :func:`sibling`'s for the others (a full-J MQAR cell trains hJ and J; softmax and h, which have no J,
+    come from the toeplitz cell)."""
     own = set(cell.get("variants") or ()) | set(cell["results"])
     return {v: cell["results"].get(v) if v in own else (sib["results"][v] if (sib := sibling(cell, cells, v)) else None)
             for v in variants}

@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.cells import METRIC, load_cells, logged_results, wall_seconds, with_siblings, finished as finished_runs
+from isingattn.models.app.cells import load_cells, logged_results, wall_seconds, with_siblings, finished as finished_runs
 from isingattn.models.app import controls
 from isingattn.models.app.capacity import capacity_readme
 from isingattn.models.app.pairing import compare_rows, find, means_row, rerun_hJ, untuned_blocks
@@ -317,7 +317,7 @@ def unfinished(root: str, part: str) -> list[dict]:
             continue
         cell = {**json.load(open(path)), "folder": folder, "in_progress": True}
         started = os.path.exists(log)  # a cell whose first run is still training has no log yet
-        cell["results"] = logged_results(folder, cell["steps"], METRIC[cell["task"]][0]) if started else {}
+        cell["results"] = logged_results(cell) if started else {}
         cell["wall_s"] = wall_seconds(folder, finished_runs(cell)) if started else 0.0
         out.append(cell)
     return out
