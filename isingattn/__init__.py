@@ -2,16 +2,16 @@
 Boltzmann attention.
 
 The package face is small: the model, its marginals, the attention layer, the errors, and
-``inference`` (``inference.get(name)``; each engine's module loads on first use). Everything
-else is imported from its module: ``isingattn.compare``, ``isingattn.thermo``,
-``isingattn.onsager``, ``isingattn.graphs``, the engine families under ``isingattn.inference``
-and the Transformer under ``isingattn.models``.
+``inference`` (every engine class, ``inference.Gibbs`` or ``inference.get("gibbs")``, loads on
+first use). The library's other modules are attributes too, imported on first use:
+``isingattn.learn``, ``isingattn.thermo``, ``isingattn.onsager``, ``isingattn.compare`` and
+``isingattn.graphs``; the Transformer lives under ``isingattn.models``.
 
 ``isingattn.IsingDistribution`` (a ``numpyro.distributions.Distribution``, defined in
-:mod:`isingattn.distribution`) is the one name on the face that is resolved on first use, by
-the module ``__getattr__`` below (PEP 562): the class subclasses numpyro's ``Distribution``, so
-defining it imports numpyro, and ``import isingattn`` must not load numpyro (DESIGN.md §4;
-``tests/core/test_layering.py`` checks both). No other name is resolved that way.
+:mod:`isingattn.distribution`) is resolved on first use as well, by the module ``__getattr__``
+below (PEP 562): the class subclasses numpyro's ``Distribution``, so defining it imports numpyro,
+and ``import isingattn`` must not load numpyro (DESIGN.md §4; ``tests/core/test_layering.py``
+checks both).
 """
 
 from isingattn import inference
@@ -38,10 +38,18 @@ def _version() -> str:
 __version__ = _version()
 
 
+_SUBMODULES = ("learn", "thermo", "onsager", "compare", "graphs")
+
+
 def __getattr__(name):
-    """``isingattn.IsingDistribution`` on first use (it imports numpyro; see the module docstring)."""
+    """``isingattn.IsingDistribution`` and the library's modules on first use (see the module
+    docstring)."""
     if name == "IsingDistribution":
         from isingattn.distribution import IsingDistribution
 
         return IsingDistribution
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"isingattn.{name}")
     raise AttributeError(f"module 'isingattn' has no attribute {name!r}")

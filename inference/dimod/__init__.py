@@ -1,8 +1,11 @@
 """The dimod side: any ``dimod.Sampler`` as an engine (:class:`DimodEngine`, with pooling and
-QPU-style calibration), and SQA and DQA as ``dimod.Sampler`` s. Loads dimod."""
+QPU-style calibration), and SQA, DQA, parallel tempering and Swendsen–Wang as ``dimod.Sampler`` s. Loads dimod."""
 
 from isingattn.inference.dimod.engine import DimodEngine
+from isingattn.inference.dimod.pt_sampler import PTSampler
 from isingattn.inference.dimod.samplers import DQASampler, IsingSampler, SQASampler
 from isingattn.inference.dimod.specs import ChainBreakWarning, DimodCalibrationWarning
+from isingattn.inference.dimod.sw_sampler import SwendsenWangSampler
 
-__all__ = ["ChainBreakWarning", "DQASampler", "DimodCalibrationWarning", "DimodEngine", "IsingSampler", "SQASampler"]
+__all__ = ["ChainBreakWarning", "DQASampler", "DimodCalibrationWarning", "DimodEngine", "IsingSampler", "PTSampler",
+           "SQASampler", "SwendsenWangSampler"]

@@ -14,5 +14,5 @@ from isingattn.inference.mcmc.sqa import SQA
 from isingattn.inference.mcmc.sqa_kernel import SQAInfo, SQAState, sqa_init, sqa_sweep
 from isingattn.inference.mcmc.swendsen_wang import SwendsenWang
 
-__all__ = ["AIS", "Gibbs", "GibbsInfo", "GibbsState", "SQA", "SQAInfo", "SQAState", "color_classes", "gibbs_sweep",
-           "init_spins", "sqa_init", "sqa_sweep"]
+__all__ = ["AIS", "Gibbs", "GibbsInfo", "GibbsState", "ParallelTempering", "SQA", "SQAInfo", "SQAState", "SwendsenWang",
+           "color_classes", "gibbs_sweep", "init_spins", "sqa_init", "sqa_sweep"]

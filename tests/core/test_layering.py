@@ -40,6 +40,10 @@ def _loaded(code: str) -> list[str]:
     ("from isingattn.inference.mcmc.numpyro_kernel import IsingGibbsKernel", ["numpyro"]),
     ("import isingattn; isingattn.IsingModel; isingattn.__all__", []),  # the face's lazy name is not touched
     ("import isingattn; isingattn.IsingDistribution", ["numpyro"]),  # resolved on first use (PEP 562)
+    ("import isingattn.inference; isingattn.inference.__all__", []),  # names listed, no family imported
+    ("from isingattn.inference import Exact, Gibbs, ParallelTempering, SwendsenWang, AIS, MeanField, Banded, SQA", []),
+    ("from isingattn.inference import DimodEngine", ["dimod", "networkx"]),
+    ("import isingattn; isingattn.learn.fit; isingattn.thermo.scan; isingattn.onsager.torus_log_z", []),
 ])
 def test_what_each_entry_point_loads(code, expected):
     heavy, layers = _loaded(code)
@@ -131,3 +135,28 @@ def test_ising_distribution_is_resolved_lazily_and_works():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     total, err = out.stdout.split()
     assert abs(float(total) - 1.0) < 1e-5 and err == "AttributeError"
+
+
+def test_every_public_name_resolves_where_users_look():
+    """Each ``__all__`` of the package face, ``isingattn.inference`` and its families names
+    something that exists; every engine class of a family is reachable from
+    ``isingattn.inference``; the library's modules are attributes of ``isingattn``."""
+    code = ("import importlib, isingattn, isingattn.engine as E\n"
+            "from isingattn import inference\n"
+            "mods = ['isingattn', 'isingattn.inference'] + ['isingattn.inference.' + f for f in\n"
+            "        ('exact', 'banded', 'meanfield', 'mcmc', 'dqa', 'dimod')]\n"
+            "for m in mods:\n"
+            "    mod = importlib.import_module(m)\n"
+            "    for n in mod.__all__:\n"
+            "        getattr(mod, n)\n"
+            "for name in E._BUILTIN:\n"
+            "    cls = E._resolve(E._BUILTIN[name])\n"
+            "    if isinstance(cls, type):\n"
+            "        assert getattr(inference, cls.__name__) is cls, name\n"
+            "for m in ('learn', 'thermo', 'onsager', 'compare', 'graphs'):\n"
+            "    assert getattr(isingattn, m) is importlib.import_module('isingattn.' + m)\n"
+            "for n in ('settings', 'to_spec', 'from_spec'):\n"
+            "    assert getattr(inference, n) is getattr(E, n)\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
