@@ -26,7 +26,7 @@ import dimod
 import jax
 import numpy as np
 from isingattn.inference.dimod import DimodEngine
-from isingattn.inference.exact import Exact
+from isingattn.inference.exact import EXACT_MAX_N, Exact
 
 from isingattn import IsingModel
 from isingattn.instances import random_model
@@ -77,7 +77,7 @@ else:
 
 sampler = EmbeddingComposite(qpu)
 key = jax.random.PRNGKey(args.seed)
-exact = np.asarray(Exact().marginals(model).mean) if model.n <= 20 else None
+exact = np.asarray(Exact().marginals(model).mean) if model.n <= EXACT_MAX_N else None
 for calibrate in (False, True):
     eng = DimodEngine(sampler, num_reads=args.reads, calibrate=calibrate, estimate_beta=True)
     with warnings.catch_warnings():

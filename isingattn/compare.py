@@ -14,11 +14,11 @@ import numpy as np
 from isingattn import atomic
 from isingattn.engine import Engine, get
 from isingattn.errors import IsingInputError
+from isingattn.inference.exact.engine import EXACT_MAX_N
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 KL_MAX_N = 16
-EXACT_REFERENCE_MAX_N = 20  # Exact(corr=True) holds 2^n x n values; above this pass another reference
 
 
 def _exact_log_probs(model: IsingModel):
@@ -53,7 +53,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     """Run every engine on ``model`` (one unbatched model) and score it against a reference.
 
     The reference is ``Exact(corr=True)`` when ``reference`` is None or ``"exact"``
-    (``n ≤ EXACT_REFERENCE_MAX_N``), ``"tree"`` for dwave-samplers' exact
+    (``n ≤ EXACT_MAX_N``), ``"tree"`` for dwave-samplers' exact
     TreeDecompositionSampler (low treewidth: trees, strips), else the engine given (a
     registry name or an engine, e.g. a long Gibbs run, whose ``info["mcse"]`` then says
     how precise the errors are). ``progress`` prints a line per engine to stderr. Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
@@ -85,9 +85,9 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     if ref_name == "tree":
         ref_engine = _TreeReference()
     elif ref_name == "exact":
-        if model.n > EXACT_REFERENCE_MAX_N:
+        if model.n > EXACT_MAX_N:
             raise IsingInputError(
-                f"n = {model.n} is too large for an exact reference (at most {EXACT_REFERENCE_MAX_N} spins); "
+                f"n = {model.n} is too large for an exact reference (at most {EXACT_MAX_N} spins); "
                 "pass reference='<engine name>' (an approximate engine, e.g. 'gibbs'; errors are then relative to it).")
         ref_engine = Exact(corr=True)
     else:

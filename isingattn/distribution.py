@@ -36,12 +36,12 @@ from isingattn import prng
 from isingattn.energy import cross_energy, energy, spin_table, spins_from_index
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.inference.exact.engine import EXACT_MAX_N  # exact draws by enumeration up to here: memory O(batch · 2^n)
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
-__all__ = ["IsingDistribution", "ising_spins", "ising_pseudo_log_likelihood", "ENUMERATE_MAX_N"]
+__all__ = ["IsingDistribution", "ising_spins", "ising_pseudo_log_likelihood"]
 
-ENUMERATE_MAX_N = 24  # exact draws by enumeration (meet in the middle) up to here: memory O(batch · 2^n)
 # log Z by Exact up to here whatever the band: below 2^12 states enumeration costs less than Banded's
 # fixed costs (measured, NUTS on a 3x3 lattice: 5.1 s with Exact, 6.9 s with Banded, plus a longer compile)
 SMALL_N = 12
@@ -119,7 +119,7 @@ class IsingDistribution(Distribution):
     ``h``, ``J`` and ``mask``. ``log_prob(s)``: ``s [..., n]`` -> ``[...]``.
 
     Sampling (:meth:`sample`) is exact where it can be: enumeration (meet in the middle, a
-    categorical over the ``2^n`` states) for ``n ≤ 24``; forward-filtering backward-sampling
+    categorical over the ``2^n`` states) for ``n ≤ EXACT_MAX_N`` (24); forward-filtering backward-sampling
     (:func:`isingattn.inference.banded.ffbs.sample_banded`) for couplings of bandwidth
     ``w ≤ 16`` in the spin order; elsewhere the given ``sampler`` with a warning.
     """
@@ -229,7 +229,7 @@ class IsingDistribution(Distribution):
     def sample(self, key, sample_shape=()) -> jax.Array:
         """Draws ``[*sample_shape, *batch_shape, n]`` (the model's dtype, ±1; inactive spins +1).
 
-        Exact by enumeration for ``n ≤ 24``, by FFBS for a known band ``w ≤ 16``; else from
+        Exact by enumeration for ``n ≤ EXACT_MAX_N`` (24), by FFBS for a known band ``w ≤ 16``; else from
         ``sampler`` (approximate, with a ``UserWarning``: its chains' draws, thinned evenly to
         the number asked), else ``IsingInputError``."""
         from isingattn.inference.banded.ffbs import MAX_SAMPLE_BANDWIDTH, sample_banded
@@ -241,7 +241,7 @@ class IsingDistribution(Distribution):
         if S == 0:
             return jnp.zeros(shape, m.dtype)
         key = prng.check_key(key, owner="IsingDistribution.sample")
-        if n <= ENUMERATE_MAX_N:
+        if n <= EXACT_MAX_N:
             draws = _enumerated_draws(m, key, S)
         elif self.bandwidth is not None and self.bandwidth <= MAX_SAMPLE_BANDWIDTH:
             draws = sample_banded(m, key=key, num_samples=S, bandwidth=self.bandwidth)
@@ -250,7 +250,7 @@ class IsingDistribution(Distribution):
         else:
             band = "unknown (a traced dense J)" if self.bandwidth is None else str(self.bandwidth)
             raise IsingInputError(
-                f"IsingDistribution.sample: no exact sampler applies (n = {n} > {ENUMERATE_MAX_N} spins to enumerate, and "
+                f"IsingDistribution.sample: no exact sampler applies (n = {n} > {EXACT_MAX_N} spins to enumerate, and "
                 f"the couplings' bandwidth in the spin order is {band}, above {MAX_SAMPLE_BANDWIDTH} for forward-filtering "
                 "backward-sampling). Pass sampler='gibbs' (or another sampling engine) for approximate draws.")
         return draws.reshape(shape)
@@ -278,12 +278,12 @@ class IsingDistribution(Distribution):
 
     def enumerate_support(self, expand: bool = True) -> jax.Array:
         """Every configuration, ``[2^n, *batch_shape, n]`` (``[2^n, 1, …, 1, n]`` unexpanded), in
-        the order of :func:`isingattn.energy.spin_table`. For ``n ≤ 24`` and models without a
+        the order of :func:`isingattn.energy.spin_table`. For ``n ≤ EXACT_MAX_N`` (24) and models without a
         mask (a masked spin is not part of the event, so its values are not a support)."""
         n = self.model.n
-        if n > ENUMERATE_MAX_N:
+        if n > EXACT_MAX_N:
             raise IsingInputError(f"IsingDistribution.enumerate_support: 2^{n} configurations are too many "
-                                  f"(at most n = {ENUMERATE_MAX_N}).")
+                                  f"(at most n = {EXACT_MAX_N}).")
         if self.model.mask is not None:
             raise IsingInputError("IsingDistribution.enumerate_support: not defined with a mask (inactive spins are not "
                                   "part of the event); build the distribution on the active spins only.")
@@ -335,7 +335,7 @@ def _checked_spins(value, n: int, batch: tuple, dtype, where: str) -> jax.Array:
 
 
 def _enumerated_draws(model: IsingModel, key, S: int) -> jax.Array:
-    """``S`` exact draws ``[S, *batch, n]`` of a model with ``n ≤ 24`` (inactive spins +1)."""
+    """``S`` exact draws ``[S, *batch, n]`` of a model with ``n ≤ EXACT_MAX_N`` (inactive spins +1)."""
     model = model.densified(owner="IsingDistribution.sample")
     h, J = model.masked_parameters()
     return _enumerate(h, J, model.beta, model.active(), key, S=S, batch=tuple(model.batch_shape))

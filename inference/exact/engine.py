@@ -46,6 +46,9 @@ from isingattn.marginals import Label, Marginals, linear_response_corr
 from isingattn.model import IsingModel
 
 LOST_MASS_TOL = 1e-7  # relative mass the fast path may lose to underflow
+# The one size limit of exact enumeration (2^n configurations, corr included), quoted everywhere: Exact's
+# default max_n, compare's exact reference, IsingDistribution's exact draws and fit's automatic choice.
+EXACT_MAX_N = 24
 
 
 def _safe_log(x):
@@ -61,8 +64,9 @@ class Exact(Engine):
     (broadcast batch axes of ``J``) share the ``2^n`` cross kernel. Causal models are
     solved in ~log2(n) prefix buckets by ``Engine.marginals`` (``isingattn.engine.CausalBuckets``).
 
-    Cost grows as ``2^n``: fine to ``n ≈ 24`` on a laptop. Above ``max_n`` it raises;
-    use ``Banded`` (banded J), ``MeanField``, ``Gibbs`` or ``SQA`` instead.
+    Cost grows as ``2^n``. Above ``max_n`` (default :data:`EXACT_MAX_N` = 24) it raises;
+    use ``Banded`` (banded J), ``MeanField``, ``Gibbs`` or ``SQA`` instead, or raise ``max_n``
+    if you have the memory.
 
     ``mesh`` (a ``jax.sharding.Mesh``, e.g. ``isingattn.sharding.data_mesh()``) splits
     the enumerated configurations over all its devices: memory and work per device drop
@@ -71,7 +75,7 @@ class Exact(Engine):
     """
 
     exact: ClassVar[bool] = True
-    max_n: int = eqx.field(static=True, default=26, converter=V.plain)
+    max_n: int = eqx.field(static=True, default=EXACT_MAX_N, converter=V.plain)
     corr: bool = eqx.field(static=True, default=False, converter=V.plain)
     mesh: Optional[Mesh] = eqx.field(static=True, default=None)
 

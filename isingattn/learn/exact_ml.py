@@ -28,6 +28,7 @@ import numpy as np
 
 from isingattn.engine import Engine
 from isingattn.errors import IsingInputError, TooManySpinsError
+from isingattn.inference.exact.engine import EXACT_MAX_N
 from isingattn.model import IsingModel
 from isingattn.sparse import CouplingGraph, SparseCouplings
 from isingattn.learn.data import Data, Pattern
@@ -35,8 +36,7 @@ from isingattn.learn.optimize import minimize
 
 __all__ = ["exact_engine", "exact_moments", "fit_exact", "MAX_LOG2_COST"]
 
-MAX_LOG2_COST = 24  # exact engines are used up to 2^24 configuration-terms per evaluation (Exact: n ≤ 24)
-EXACT_MAX_N = 24  # the automatic choice stops here; Exact itself refuses n > 26
+MAX_LOG2_COST = EXACT_MAX_N  # exact engines are used up to 2^24 configuration-terms per evaluation
 
 
 def _bandwidth(J) -> int:

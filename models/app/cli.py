@@ -157,7 +157,7 @@ def _compare(args) -> int:
     import jax
     import numpy as np
 
-    from isingattn.compare import EXACT_REFERENCE_MAX_N, compare, format_table, plot_comparison
+    from isingattn.compare import EXACT_MAX_N, compare, format_table, plot_comparison
     from isingattn.inference import available
 
     if not args.engines:
@@ -200,11 +200,11 @@ def _compare(args) -> int:
             raise _error(f"--graph {args.graph}: n = {model.n} spins; {', '.join(heavy)} need a dense J of "
                          f"{dense / 2**30:.3g} GiB. Use engines that work on sparse graphs ({', '.join(native)}) and "
                          "--reference tree or one of them.")
-    if args.reference == "exact" and model.n > EXACT_REFERENCE_MAX_N:
+    if args.reference == "exact" and model.n > EXACT_MAX_N:
         given = f"--n {model.n}" if args.graph in GRAPHS else f"--graph {args.graph} (n = {model.n})"
         raise _error(f"{given}: the exact reference (--reference exact, the default) handles at most "
-                     f"{EXACT_REFERENCE_MAX_N} spins; pass --reference tree (low treewidth) or an approximate engine, "
-                     "e.g. --reference gibbs (errors are then relative to it), or use --n ≤ 20.")
+                     f"{EXACT_MAX_N} spins; pass --reference tree (low treewidth) or an approximate engine, "
+                     f"e.g. --reference gibbs (errors are then relative to it), or use --n ≤ {EXACT_MAX_N}.")
     too_small = [f"{name} (at most {e.max_n})" for name, e in engines.items()
                  if isinstance(getattr(e, "max_n", None), int) and model.n > e.max_n]
     if too_small:
@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--engines", type=_names, default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa",
                    help="comma-separated engines (registry names) to compare")
     c.add_argument("--reference", default="exact",
-                   help="what the errors are measured against: exact (n ≤ 20), tree (dwave-samplers' "
+                   help="what the errors are measured against: exact (n ≤ 24), tree (dwave-samplers' "
                         "TreeDecompositionSampler: exact for low treewidth, e.g. strips), or an engine (e.g. banded for "
                         "strips, or a long gibbs run with --reference-kw; its MCSE is printed)")
     c.add_argument("--reference-kw", default="", help="settings of the reference engine, e.g. num_samples=20000,num_chains=16; without it its defaults")

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from isingattn.inference.exact import EXACT_MAX_N
 from isingattn import IsingModel
 from isingattn.models.app.cli import main
 from isingattn.compare import compare, format_table
@@ -35,7 +36,8 @@ def test_compare_rejects_batches_and_large_n_without_reference():
     with pytest.raises(ValueError, match="one model"):
         compare(IsingModel(np.zeros((2, 3)), np.zeros((3, 3))), ["exact"], key=jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match="reference"):
-        compare(IsingModel(np.zeros(21), np.zeros((21, 21))), ["exact"], key=jax.random.PRNGKey(0))
+        compare(IsingModel(np.zeros(EXACT_MAX_N + 1), np.zeros((EXACT_MAX_N + 1,) * 2)), ["exact"],
+                key=jax.random.PRNGKey(0))
 
 
 def test_cli_compare_reads_a_bqm_file(tmp_path, capsys, monkeypatch):

@@ -291,3 +291,20 @@ def test_h_only_model_closed_form_and_spin_flip_symmetry():
     _, J = random_model(rng, n, J_scale=1.0)
     m = solve(np.zeros((4, n)), J, beta)
     np.testing.assert_allclose(np.asarray(m.mean), 0.0, rtol=0, atol=1e-12)
+
+
+def test_one_exact_size_limit_is_quoted_everywhere():
+    """Exact's default, compare's exact reference, the distribution's exact draws and fit's
+    automatic choice share EXACT_MAX_N, and the README and the engines page quote it."""
+    import pathlib
+
+    import isingattn.compare as cmp
+    import isingattn.learn.exact_ml as ml
+    from isingattn.inference.exact import EXACT_MAX_N
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    assert Exact().max_n == EXACT_MAX_N and cmp.EXACT_MAX_N is EXACT_MAX_N and ml.MAX_LOG2_COST == EXACT_MAX_N
+    assert ml.exact_engine(EXACT_MAX_N) is not None and ml.exact_engine(EXACT_MAX_N + 1, J=np.ones((25, 25))) is None
+    for doc in ("README.md", "docs/engines.md"):
+        row = next(line for line in (root / doc).read_text().splitlines() if line.startswith("| `Exact()`"))
+        assert f"n ≤ {EXACT_MAX_N}" in row and "~" not in row, (doc, row)
