@@ -6,6 +6,8 @@ The package face is small: the model, its marginals, the attention layer, the er
 first use). The library's other modules are attributes too, imported on first use:
 ``isingattn.learn``, ``isingattn.thermo``, ``isingattn.onsager``, ``isingattn.compare`` and
 ``isingattn.graphs``; the Transformer lives under ``isingattn.models``.
+:func:`enable_compilation_cache` turns on JAX's persistent compilation cache (import does so
+itself only when ``$ISINGATTN_JAX_CACHE`` names a folder).
 
 ``isingattn.IsingDistribution`` (a ``numpyro.distributions.Distribution``, defined in
 :mod:`isingattn.distribution`) is resolved on first use as well, by the module ``__getattr__``
@@ -16,12 +18,17 @@ checks both).
 
 from isingattn import inference
 from isingattn.attention import boltzmann_attention
+from isingattn.compile_cache import cache_dir_from_env as _cache_dir_from_env
+from isingattn.compile_cache import enable_compilation_cache
 from isingattn.errors import IsingInputError, IsingTypeError, TooManySpinsError
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 
 __all__ = ["IsingModel", "Marginals", "boltzmann_attention", "inference", "IsingInputError", "IsingTypeError",
-           "TooManySpinsError", "IsingDistribution"]
+           "TooManySpinsError", "IsingDistribution", "enable_compilation_cache"]
+
+if _cache_dir_from_env() is not None:  # $ISINGATTN_JAX_CACHE names a folder: the user asked for the cache
+    enable_compilation_cache(_cache_dir_from_env())
 
 
 def _version() -> str:

@@ -12,6 +12,7 @@ import numpy as np
 from isingattn.energy import energy as _energy
 from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn import convert
+from isingattn import validate as V
 from isingattn.sparse import SparseCouplings
 from isingattn.sparse import from_dense as sparse_from_dense
 
@@ -81,10 +82,11 @@ class IsingModel(eqx.Module):
             for every engine without a native causal path (Banded has one).
         labels: optional hashable variable labels (kept by BQM/networkx round trips).
 
-    Inputs are validated at construction: eagerly when concrete, and with
-    ``equinox.error_if`` (a runtime error, never silent garbage) under ``jit``, where
-    every field carries every check, so a function that reads only ``beta`` or only
-    ``J`` of an invalid model raises too. A model needs at least one spin (``n ≥ 1``).
+    Inputs are validated at construction: eagerly when concrete (``IsingInputError``), and
+    under ``jit`` by :func:`isingattn.validate.nan_where`: a failed check makes every field
+    NaN (every field carries every check, so a function that reads only ``beta`` or only
+    ``J`` of an invalid model gets NaN too), never silent garbage, and no host callback that
+    would keep the program out of JAX's persistent compilation cache. A model needs at least one spin (``n ≥ 1``).
     Messages name the argument (``h``, ``J``, ``beta``, ``mask``, ``labels``).
     """
 
@@ -250,7 +252,7 @@ class IsingModel(eqx.Module):
         bad = jnp.any(jnp.abs(s) != 1)
         msg = "spins must be -1 or +1 (SPIN convention). For 0/1 variables use s = 2*x - 1."
         if is_traced(s, bad):  # under jit even ops on concrete spins are staged (omnistaging)
-            s = eqx.error_if(s, bad, msg)
+            s = V.nan_where(s, bad)
         elif bool(bad):
             raise IsingInputError(msg + f" Got values {np.unique(np.asarray(s))[:6]}.")
         act = self.active()
@@ -317,7 +319,7 @@ def _cast_detail(name, given, cast) -> str:
 
 def _validate_values(h, J, beta, given=None):
     """Finite values, symmetric zero-diagonal J, positive beta: in numpy when concrete
-    (no compilation per new shape), with ``equinox.error_if`` when traced.
+    (no compilation per new shape), by :func:`isingattn.validate.nan_where` when traced.
 
     ``given``: the arguments as passed (``{"h": ..., "J": ..., "beta": ...}``), used only to
     explain a failure caused by a narrowing float cast."""
@@ -344,12 +346,11 @@ def _validate_values(h, J, beta, given=None):
     checks.append(("beta", ~(bb > 0) | ~xp.isfinite(bb), "beta must be a finite positive number (inverse temperature)."))
     if traced:
         # Every field carries every check, so a jitted function that reads only beta (or
-        # only J) of an invalid model raises too. The checks hang off a scalar that each
-        # field then depends on: error_if pins its operand to one device, and pinning h
-        # itself would gather a sharded batch.
+        # only J) of an invalid model gets NaN too. The checks hang off a scalar that each
+        # field then adds, which keeps a sharded batch where it is.
         ok = jnp.zeros((), jnp.result_type(h))
-        for _, bad, msg in checks:
-            ok = eqx.error_if(ok, bad, msg)
+        for _, bad, _msg in checks:
+            ok = V.nan_where(ok, bad)
         return h + ok, (J.with_weights(Jw + ok) if sparse else J + ok), beta + ok
     for name, bad, msg in checks:
         if bool(bad):

@@ -23,7 +23,7 @@ import numpy as np
 
 from isingattn.errors import IsingInputError, IsingTypeError
 
-__all__ = ["ConfigTypeError", "plain", "positive_int", "nonneg_int", "positive_float", "float_in", "choice", "boolean"]
+__all__ = ["ConfigTypeError", "nan_where", "plain", "positive_int", "nonneg_int", "positive_float", "float_in", "choice", "boolean"]
 
 
 class ConfigTypeError(IsingInputError, IsingTypeError):
@@ -118,3 +118,17 @@ def boolean(name: str, value, *, owner: Optional[str] = None) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ConfigTypeError(f"{_prefix(owner)}{name} must be True or False; got {_given(value, number=False)}.")
     return bool(value)
+
+
+def nan_where(x, bad):
+    """The traced form of a value check: ``x`` with every entry NaN where ``bad`` (a traced
+    boolean, broadcast against ``x``) holds, else ``x`` unchanged.
+
+    Concrete inputs are checked eagerly and raise ``IsingInputError`` with the check's message.
+    Under ``jit`` a raising check needs a host callback, and a program with a host callback is
+    never stored by JAX's persistent compilation cache; a failed check instead turns the
+    values it guards into NaN, which every result computed from them carries, so it is never
+    silent garbage. Run the same call outside ``jit`` to see the message."""
+    import jax.numpy as jnp
+
+    return jnp.where(bad, jnp.asarray(jnp.nan, dtype=jnp.result_type(x)), x)

@@ -6,10 +6,8 @@ hyperparameters, so differences between variants are paired by seed.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import logging
 import json
 import math
 import os
@@ -152,33 +150,17 @@ def _scan_losses(losses: list) -> tuple:
     the dispatch of every step."""
     last = (None, None)
     for i, loss in losses:
-        try:
-            x = float(loss)
-        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):  # that step itself failed
-            return (i, *last)
+        x = float(loss)  # a failed model check under jit is a NaN loss (isingattn.validate.nan_where)
         if not math.isfinite(x):
             return (i, *last)
         last = (i, x)
     return (None, *last)
 
 
-def _is_model_check(e: Exception) -> bool:
-    """A failed runtime check of the model (``equinox.error_if``: non-finite fields and the like)."""
-    return isinstance(e, eqx.EquinoxRuntimeError) or "EquinoxRuntimeError" in str(e)
-
-
-def _check_message(e: Exception) -> str:
-    """The check's own message, without the stack and equinox's debugging advice around it."""
-    for line in str(e).splitlines():
-        if "EquinoxRuntimeError:" in line:
-            return line.split("EquinoxRuntimeError:", 1)[1].strip()
-    return str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-
-
-def _diverged(step, last_step, last_loss, lr, check: str = "") -> TrainingDivergedError:
+def _diverged(step, last_step, last_loss, lr) -> TrainingDivergedError:
     where = ("no step had a finite loss" if last_step is None
              else f"the last finite loss was {last_loss:.6g} at step {last_step}")
-    what = f"the model's check failed ({check.rstrip('.')})" if check else "the loss became non-finite"
+    what = "the loss became non-finite"
     return TrainingDivergedError(
         f"training diverged at step {step}: {what}; {where}. Lower the learning rate "
         f"(lr={lr:g}) or check the inputs; the last checkpoint before it is kept.")
@@ -230,64 +212,39 @@ def train(config: Config, train_split, test_split, tc: TrainConfig, seed: int, *
     rec = None
     losses = []  # (step, loss) since the last evaluation, checked there
     bar = progress_bar(range(start, tc.steps), desc=desc, progress=progress, leave=False, mininterval=1.0)
-    with _quiet_model_checks():
-        for i in bar:
-            if stop_after is not None and i >= stop_after:
-                break
-            idx = order[i]
-            try:
-                model, opt_state, loss = step(model, opt_state, put(train_split.tokens[idx]),
-                                              put(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
-            except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as e:
-                if not _is_model_check(e):
-                    raise
-                bad, last_i, last_loss = _scan_losses(losses)
-                raise _diverged(i + 1 if bad is None else bad, last_i, last_loss, tc.lr, _check_message(e)) from None
-            losses.append((i + 1, loss))
-            last = i + 1 == tc.steps
-            if (i + 1) % tc.eval_every == 0 or last:
-                bad, last_i, last_loss = _scan_losses(losses)
-                if bad is not None:
-                    raise _diverged(bad, last_i, last_loss, tc.lr)
-                losses = losses[-1:]  # the last finite loss, for the message of a later failure
-                n_ev = None if last else tc.eval_limit
-                ev = evaluate(model, test_split.tokens[:n_ev], test_split.targets[:n_ev], tc.eval_batch,
-                              jax.random.fold_in(eval_key, i), mesh)
-                rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
-                       "test_ppl": math.exp(min(ev["loss"], 50.0)), "eval_count": ev["count"],
-                       "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
-                if not all(math.isfinite(rec[k]) for k in ("test_loss", "test_acc")):
-                    raise TrainingDivergedError(
-                        f"evaluation at step {i + 1} gave a non-finite test loss ({ev['loss']}) although the training "
-                        f"loss is finite ({float(loss):.6g}); the model's outputs overflow. Lower the learning rate.")
-                bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
-                # log first: a kill between the two resumes from the previous checkpoint, and
-                # prune_log then drops the row that is about to be repeated
-                if log_path:
-                    atomic.append_line(log_path, json.dumps(rec, allow_nan=False))
-                if ckpt_path:
-                    checkpoint.save(ckpt_path, (model, opt_state),
-                                    {**data, "step": i + 1, "seed": seed, "metrics": rec, "spec": spec,
-                                     "train": spec["train"], "model": spec["model"]})
+    for i in bar:
+        if stop_after is not None and i >= stop_after:
+            break
+        idx = order[i]
+        model, opt_state, loss = step(model, opt_state, put(train_split.tokens[idx]),
+                                      put(train_split.targets[idx]), jax.random.fold_in(noise_key, i))
+        losses.append((i + 1, loss))
+        last = i + 1 == tc.steps
+        if (i + 1) % tc.eval_every == 0 or last:
+            bad, last_i, last_loss = _scan_losses(losses)
+            if bad is not None:
+                raise _diverged(bad, last_i, last_loss, tc.lr)
+            losses = losses[-1:]  # the last finite loss, for the message of a later failure
+            n_ev = None if last else tc.eval_limit
+            ev = evaluate(model, test_split.tokens[:n_ev], test_split.targets[:n_ev], tc.eval_batch,
+                          jax.random.fold_in(eval_key, i), mesh)
+            rec = {"step": i + 1, "train_loss": float(loss), "test_loss": ev["loss"], "test_acc": ev["acc"],
+                   "test_ppl": math.exp(min(ev["loss"], 50.0)), "eval_count": ev["count"],
+                   "variant": config.variant, "seed": seed, "wall_s": time.perf_counter() - t0}
+            if not all(math.isfinite(rec[k]) for k in ("test_loss", "test_acc")):
+                raise TrainingDivergedError(
+                    f"evaluation at step {i + 1} gave a non-finite test loss ({ev['loss']}) although the training "
+                    f"loss is finite ({float(loss):.6g}); the model's outputs overflow. Lower the learning rate.")
+            bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{ev['acc']:.3f}")
+            # log first: a kill between the two resumes from the previous checkpoint, and
+            # prune_log then drops the row that is about to be repeated
+            if log_path:
+                atomic.append_line(log_path, json.dumps(rec, allow_nan=False))
+            if ckpt_path:
+                checkpoint.save(ckpt_path, (model, opt_state),
+                                {**data, "step": i + 1, "seed": seed, "metrics": rec, "spec": spec,
+                                 "train": spec["train"], "model": spec["model"]})
     return model, rec
-
-
-class _DropModelCheckTracebacks(logging.Filter):
-    """JAX logs the traceback of a failed host callback before raising; for equinox's
-    model checks (non-finite fields after divergence) the raised error says it all."""
-
-    def filter(self, record):
-        return "EquinoxRuntimeError" not in record.getMessage() + str(record.exc_info and record.exc_info[1])
-
-
-@contextlib.contextmanager
-def _quiet_model_checks():
-    log, filt = logging.getLogger("jax._src.callback"), _DropModelCheckTracebacks()
-    log.addFilter(filt)
-    try:
-        yield
-    finally:
-        log.removeFilter(filt)
 
 
 def compare_variants(make_config, data_for_seed, variants: Sequence[str], seeds: Sequence[int], tc: TrainConfig,

@@ -121,8 +121,8 @@ class Banded(Engine):
             pattern, so None raises ``IsingInputError`` there (pass ``bandwidth``).
             A given ``w`` smaller than the model's pattern raises ``IsingInputError`` naming
             both, eagerly for concrete dense ``J`` and for every sparse model (its edges are
-            the pattern, whatever their weights); traced dense ``J`` is checked with
-            ``equinox.error_if``.
+            the pattern, whatever their weights); traced dense ``J`` beyond the band makes
+            the results NaN (:func:`isingattn.validate.nan_where`).
         corr: also return ``⟨s_j s_k⟩``.
     """
 
@@ -172,7 +172,7 @@ def _solve(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> 
         if J.graph.bandwidth > w:
             raise IsingInputError(_band_message(w, J.graph.bandwidth))
     else:
-        J = eqx.error_if(J, band_violation(J, w) > w, _band_message(w))
+        J = V.nan_where(J, band_violation(J, w) > w)  # traced J: a coupling beyond the band makes the result NaN
     act = model.active()  # [..., n] bool or None
     user_mask = model.mask
     mean_fn = lambda hh: _forward_backward(hh, J, beta, act, user_mask, w)

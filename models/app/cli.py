@@ -391,13 +391,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _enable_compile_cache():
-    """Reuse XLA compilations across runs (the exact engine's gradient takes ~20 s to compile)."""
-    import jax
+    """Reuse XLA compilations across runs: on by default for the command line
+    (``$ISINGATTN_JAX_CACHE`` names the folder, or ``0``/``off`` turns it off; JAX's own
+    ``$JAX_COMPILATION_CACHE_DIR``, when set and ours is not, is left to JAX)."""
+    from isingattn.compile_cache import ENV, cache_dir_from_env, default_cache_dir, enable_compilation_cache
 
-    path = os.environ.get("ISINGATTN_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "isingattn", "jax"))
-    if path and path.lower() not in ("0", "off", "none"):
-        jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    if not os.environ.get(ENV) and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    path = cache_dir_from_env(default_cache_dir())
+    if path is not None:
+        enable_compilation_cache(path)
 
 
 def _command(args) -> str:

@@ -1,10 +1,11 @@
 """Bad models are refused at construction with messages that name the argument (issue 10),
-and bad spins at evaluation; under jit the same checks raise at run time.
+and bad spins at evaluation; under jit a failed check makes the values NaN, with no host callback.
 
 * A model without spins (``n = 0``), from arrays, an empty BQM or an empty graph, is an
   ``IsingInputError`` at construction instead of a ZeroDivisionError in an engine.
 * Under ``jit`` every field carries the model's validation, so a function that reads
-  only ``beta`` or only ``J`` of an invalid model raises instead of returning it.
+  only ``beta`` or only ``J`` of an invalid model returns NaN instead of the bad value, and
+  the compiled program has no host callback (JAX's persistent cache stores it).
 * ``beta=None``, ragged nested lists, unhashable labels, non-numeric BQM/graph biases and
   a finite input that overflows when cast to float32 get messages naming the argument.
 """
@@ -56,17 +57,19 @@ def test_one_spin_is_still_a_model():
 # ---- validation under jit does not depend on h being used ---------------------------------
 
 
-def _raises_at_runtime(f, *args, match):
-    with pytest.raises(Exception, match=match) as info:
-        jax.block_until_ready(f(*args))
-    assert isinstance(info.value, (RuntimeError, ValueError))
+def _nan_at_runtime(f, *args, match):
+    """Under jit a failed check poisons the result: every value NaN (``match``, the eager
+    message, is what the same call raises outside jit), and no host callback in the program."""
+    out = jax.block_until_ready(f(*args))
+    assert bool(jnp.all(jnp.isnan(out))), (match, out)
+    assert "callback" not in f.lower(*args).as_text(), "a check left a host callback in the program"
 
 
 @pytest.mark.parametrize("beta", [-1.0, 0.0, np.nan, np.inf])
-def test_jit_reading_only_beta_of_a_bad_beta_raises(beta):
+def test_jit_reading_only_beta_of_a_bad_beta_gives_nan(beta):
     f = jax.jit(lambda h, J, b: IsingModel(h, J, b).beta)
     assert float(f(jnp.zeros(N), jnp.zeros((N, N)), 2.0)) == 2.0  # a valid model passes through unchanged
-    _raises_at_runtime(f, jnp.zeros(N), jnp.zeros((N, N)), beta, match="beta must be a finite positive")
+    _nan_at_runtime(f, jnp.zeros(N), jnp.zeros((N, N)), beta, match="beta must be a finite positive")
 
 
 @pytest.mark.parametrize(
@@ -79,11 +82,11 @@ def test_jit_reading_only_beta_of_a_bad_beta_raises(beta):
     ],
     ids=["asymmetric", "diagonal", "nan", "inf"],
 )
-def test_jit_reading_only_J_of_a_bad_J_raises(J, match):
+def test_jit_reading_only_J_of_a_bad_J_gives_nan(J, match):
     f = jax.jit(lambda h, J, b: IsingModel(h, J, b).J)
     good = np.array([[0.0, 0.5, 0.0], [0.5, 0.0, -1.0], [0.0, -1.0, 0.0]])
     np.testing.assert_array_equal(f(jnp.zeros(N), good, 1.0), good)
-    _raises_at_runtime(f, jnp.zeros(N), jnp.asarray(J), 1.0, match=match)
+    _nan_at_runtime(f, jnp.zeros(N), jnp.asarray(J), 1.0, match=match)
 
 
 def test_jit_reading_one_field_sees_the_other_fields_checks():
@@ -91,9 +94,9 @@ def test_jit_reading_one_field_sees_the_other_fields_checks():
     bad_h = jnp.array([np.nan, 0.0, 0.0])
     for read in (lambda m: m.beta, lambda m: m.J, lambda m: m.h):
         f = jax.jit(lambda h, J, b: read(IsingModel(h, J, b)))
-        _raises_at_runtime(f, bad_h, jnp.zeros((N, N)), 1.0, match="h contains NaN or inf")
+        _nan_at_runtime(f, bad_h, jnp.zeros((N, N)), 1.0, match="h contains NaN or inf")
     g = jax.jit(lambda h, J, b: IsingModel(h, J, b).J)
-    _raises_at_runtime(g, jnp.zeros(N), jnp.zeros((N, N)), -2.0, match="beta must be a finite positive")
+    _nan_at_runtime(g, jnp.zeros(N), jnp.zeros((N, N)), -2.0, match="beta must be a finite positive")
 
 
 def test_jit_model_fields_are_unchanged_when_valid():
@@ -280,26 +283,19 @@ def test_bad_spins_raise(spins, exc, match):
         model.energy(spins)
 
 
-def test_nan_under_jit_raises_at_runtime():
+def test_nan_under_jit_nan_at_runtime():
     J = np.zeros((N, N))
     f = jax.jit(lambda h: IsingModel(h, J).energy(jnp.ones(N)))
     assert float(f(jnp.array([1.0, 2.0, 3.0]))) == -6.0
-    # JAX wraps equinox.error_if's runtime error (a RuntimeError); the message survives
-    with pytest.raises(Exception, match="h contains NaN or inf") as info:
-        jax.block_until_ready(f(jnp.array([1.0, np.nan, 3.0])))
-    assert isinstance(info.value, (RuntimeError, ValueError))
-    with pytest.raises(Exception, match="h contains NaN or inf"):
-        jax.block_until_ready(eqx.filter_jit(lambda h: IsingModel(h, J).h)(jnp.array([np.inf, 0.0, 0.0])))
+    _nan_at_runtime(f, jnp.array([1.0, np.nan, 3.0]), match="h contains NaN or inf")
+    _nan_at_runtime(jax.jit(lambda h: IsingModel(h, J).h), jnp.array([np.inf, 0.0, 0.0]), match="h contains NaN")
     g = jax.jit(lambda J: IsingModel(jnp.zeros(N), J).energy(jnp.ones(N)))
-    with pytest.raises(Exception, match="J must be symmetric"):
-        jax.block_until_ready(g(jnp.asarray(J_ASYM)))
+    _nan_at_runtime(g, jnp.asarray(J_ASYM), match="J must be symmetric")
     b = jax.jit(lambda beta: IsingModel(jnp.zeros(N), J, beta=beta).energy(jnp.ones(N)))
-    with pytest.raises(Exception, match="beta must be a finite positive"):
-        jax.block_until_ready(b(-1.0))
+    _nan_at_runtime(b, -1.0, match="beta must be a finite positive")
     s = jax.jit(lambda s: IsingModel(jnp.zeros(N), J).energy(s))
-    with pytest.raises(Exception, match=r"-1 or \+1"):
-        jax.block_until_ready(s(jnp.array([1.0, 0.0, 1.0])))
-    # the same under vmap inside jit: one bad row poisons the call instead of returning garbage
+    _nan_at_runtime(s, jnp.array([1.0, 0.0, 1.0]), match=r"-1 or \+1")
+    # the same under vmap inside jit: the bad row is NaN, the good row is its energy
     v = jax.jit(jax.vmap(lambda h: IsingModel(h, J).energy(jnp.ones(N))))
-    with pytest.raises(Exception, match="h contains NaN or inf"):
-        jax.block_until_ready(v(jnp.array([[1.0, 0.0, 0.0], [np.nan, 0.0, 0.0]])))
+    out = v(jnp.array([[1.0, 0.0, 0.0], [np.nan, 0.0, 0.0]]))
+    assert float(out[0]) == -1.0 and bool(jnp.isnan(out[1]))

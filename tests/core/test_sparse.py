@@ -86,12 +86,11 @@ def test_graph_input_errors():
         graphs.lattice((2, 5), periodic=True)
 
 
-def test_invalid_weights_raise_under_jit():
+def test_invalid_weights_under_jit_give_nan():
     g = CouplingGraph(3, [[0, 1], [1, 2]])
     f = jax.jit(lambda w: IsingModel(jnp.zeros(3), SparseCouplings(g, w)).energy(jnp.ones(3)))
     assert float(f(jnp.array([1.0, 2.0]))) == -3.0
-    with pytest.raises(Exception, match="J contains NaN or inf"):
-        jax.block_until_ready(f(jnp.array([1.0, jnp.inf])))
+    assert bool(jnp.isnan(f(jnp.array([1.0, jnp.inf]))))  # eagerly: "J contains NaN or inf"
 
 
 @pytest.mark.parametrize("shape,periodic", [((5, 7), False), ((5, 7), True), ((4, 3, 6), False), ((3, 3, 3), True), ((9,), False)])
