@@ -39,7 +39,7 @@ def test_the_environment_variable_turns_the_cache_on_at_import(tmp_path):
     assert _run(str(folder), tmp_path) == first  # the second process reads it back, same answer
 
 
-def test_enable_compilation_cache_validates_its_folder(tmp_path):
+def test_enable_compilation_cache_validates_its_folder(tmp_path, monkeypatch):
     with pytest.raises(IsingTypeError, match="folder path"):
         isingattn.enable_compilation_cache(3)
     blocker = tmp_path / "file"
@@ -51,11 +51,8 @@ def test_enable_compilation_cache_validates_its_folder(tmp_path):
     from isingattn.compile_cache import cache_dir_from_env
 
     for value, expect in (("", "dflt"), ("off", None), ("0", None), (str(tmp_path), str(tmp_path))):
-        os.environ["ISINGATTN_JAX_CACHE"] = value
-        try:
-            assert cache_dir_from_env("dflt") == expect
-        finally:
-            del os.environ["ISINGATTN_JAX_CACHE"]
+        monkeypatch.setenv("ISINGATTN_JAX_CACHE", value)
+        assert cache_dir_from_env("dflt") == expect
 
 
 def _program_text(engine, model):
