@@ -19,7 +19,7 @@ import isingattn
 from isingattn.models.app.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
                                       _check_train_args, _check_writable, _engine_from_args, _error, _names,
                                       _nonnegative_float, _nonnegative_int, _positive_float, _positive_int,
-                                      _variant_list, add_bracket_data_options)
+                                      _variant_list, add_bracket_data_options, study)
 from isingattn.models.app.cli_checkpoints import _analyze, _evaluate, _export_bqm
 from isingattn.models.app.cli_fit import add_fit_parser
 
@@ -64,8 +64,8 @@ def _train(args) -> int:
 def _reproduce(args) -> int:
     _check_reproduce_args(args)
     from isingattn.models.app.experiments import select
-    from isingattn.models.app.parts import grid, run_cell  # the grid with issue 32's parts
-    from isingattn.models.app.grid_report import write_report
+    parts, write_report = study("parts"), study("grid_report").write_report
+    grid, run_cell = parts.grid, parts.run_cell
     from isingattn.models.shakespeare import HOW_TO_ENABLE, DataUnavailable
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")

@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 
 
@@ -100,6 +101,22 @@ def _error(message: str):
     from isingattn.errors import IsingInputError
 
     return IsingInputError(message)
+
+
+def study(module: str):
+    """``isingattn_study.<module>``, the paper's study, which lives beside the library in a source
+    checkout (``study/isingattn_study``) and is not part of an installed wheel. Only ``reproduce``
+    needs it; without a checkout it is refused in one line (exit status 2)."""
+    import importlib
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parents[2] / "study"  # <checkout>/models/app/cli_args.py
+    if not (folder / "isingattn_study" / "__init__.py").is_file():
+        raise _error("reproduce runs the paper's study, which lives in a source checkout (study/), not in the "
+                     "installed package: clone the repository, then pip install -e . && isingattn reproduce.")
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    return importlib.import_module(f"isingattn_study.{module}")
 
 
 def _check_writable(path: str, option: str, *, is_file: bool = False) -> None:
@@ -219,7 +236,7 @@ def _cell_from_args(args, task: str):
 
 def _check_reproduce_args(args) -> None:
     """``reproduce``'s names against the grid, and its output folder, before any cell runs."""
-    from isingattn.models.app.parts import grid
+    grid = study("parts").grid
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
     _check_writable(root, "--out")

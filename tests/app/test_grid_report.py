@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from isingattn.models.app import headline
+from isingattn_study import headline
 from isingattn.models.app.experiments import BAND, Cell, grid, select
 from isingattn.models.app.cells import baseline, load_cells
-from isingattn.models.app.grid_report import _rows, _sample_tokens, write_report
+from isingattn_study.grid_report import _rows, _sample_tokens, write_report
 from isingattn.models.app.report import mean_ci
 
 
@@ -130,7 +130,7 @@ def test_the_report_reads_only_finished_runs(tmp_path):
 
     from isingattn.models import checkpoint
     from isingattn.models import Config, Transformer
-    from isingattn.models.app.grid_report import _hj_couplings
+    from isingattn_study.grid_report import _hj_couplings
     from isingattn.models.saved import config_to_dict
 
     cell = Cell("brackets-hard", "brackets-hard", 8, variants=("hJ",))
@@ -157,7 +157,7 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
 
     from isingattn.models import checkpoint
     from isingattn.models import Config, Transformer
-    from isingattn.models.app.grid_report import _attention_weights, _hj_couplings
+    from isingattn_study.grid_report import _attention_weights, _hj_couplings
     from isingattn.models.saved import config_to_dict
 
     cell = Cell("brackets-hard", "brackets-hard", 8, variants=("softmax", "hJ"))
@@ -188,7 +188,7 @@ def test_a_clone_keeps_the_learned_J_and_attention_of_runs_whose_checkpoints_are
 def test_curves_keep_the_final_whole_set_evaluation_off_the_line(tmp_path):
     # Shakespeare's periodic evaluations use the first eval_limit held-out examples and the final one all of them:
     # one line through both would show a jump at the last step that is a change of data, not of the model.
-    from isingattn.models.app.curves import logged_curves
+    from isingattn_study.curves import logged_curves
 
     cell = Cell("shakespeare-long", "shakespeare", 32, variants=("hJ",), seeds=2, steps=300)
     folder = tmp_path / cell.name
@@ -253,7 +253,7 @@ def test_headline_panels_hold_at_most_six_series_and_every_series_once():
 def test_curves_zoom_on_the_last_quarter_and_title_the_task(tmp_path, monkeypatch):
     """Under each cell's curves, a panel zooms in on the last quarter of training (from the last logged step
     at or before 75% of the steps); the figure's title gives the task and the settings its cells share."""
-    from isingattn.models.app import curves
+    from isingattn_study import curves
 
     cell = Cell("convergence", "shakespeare", 64, variants=("softmax", "hJ"), seeds=2, steps=800, J_param="toeplitz",
                 engine="banded", engine_kw=(("bandwidth", 8),), J_band=8)
@@ -273,7 +273,7 @@ def test_curves_zoom_on_the_last_quarter_and_title_the_task(tmp_path, monkeypatc
 
 def test_attention_maps_have_a_colour_bar(tmp_path, monkeypatch):
     """The maps share one colour scale, 0 to 1, shown by a colour bar."""
-    from isingattn.models.app import grid_report
+    from isingattn_study import grid_report
 
     cell = Cell("brackets-hard", "brackets-hard", 4, variants=("softmax", "hJ"))
     _fake_cell(tmp_path, cell, {"softmax": {0: 0.8}, "hJ": {0: 0.9}})

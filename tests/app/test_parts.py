@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from isingattn.models.app import capacity, parts
+from isingattn_study import capacity, parts
 from isingattn.models.app.experiments import Cell
-from isingattn.models.app.parts import grid, run_cell
+from isingattn_study.parts import grid, run_cell
 
 
 def test_the_parts_statistics_match_scipy():
-    """The parts' tables use the report's statistics (models/app/stats.py): checked here on their inputs."""
+    """The parts' tables use the report's statistics (study/isingattn_study/stats.py): checked here on their inputs."""
     from scipy import stats
 
     from isingattn.models.app.report import mean_ci
-    from isingattn.models.app.stats import paired_p, sign_test
+    from isingattn_study.stats import paired_p, sign_test
 
     rng = np.random.default_rng(0)
     for n in (3, 5, 10):
@@ -33,7 +33,7 @@ def test_the_parts_statistics_match_scipy():
 
 
 def test_holm_by_hand():
-    from isingattn.models.app.stats import holm
+    from isingattn_study.stats import holm
 
     ps = [0.01, 0.04, 0.03, math.nan, 0.2]
     # sorted: 0.01*4 = 0.04, 0.03*3 = 0.09, 0.04*2 = 0.08 -> 0.09 (monotone), 0.2*1 = 0.2
@@ -118,7 +118,7 @@ def test_a_full_J_mqar_cell_pairs_with_the_toeplitz_cells_softmax_and_h_and_show
 
 
 def test_compare_rows_pairs_by_common_seeds_by_hand():
-    from isingattn.models.app.pairing import compare_rows
+    from isingattn_study.pairing import compare_rows
 
     a = {0: 0.90, 1: 0.95, 2: 0.80, 7: 0.5}  # seed 7 has no partner: left out
     b = {0: 0.88, 1: 0.90, 2: 0.81}
@@ -129,7 +129,7 @@ def test_compare_rows_pairs_by_common_seeds_by_hand():
 
 
 def test_compare_rows_gives_no_test_for_one_seed_and_leaves_it_out_of_holm():
-    from isingattn.models.app.pairing import compare_rows
+    from isingattn_study.pairing import compare_rows
 
     one = compare_rows([("one", {7: 0.5}, {7: 0.4}), ("three", {0: 0.9, 1: 0.95, 2: 0.8}, {0: 0.88, 1: 0.9, 2: 0.81})])
     assert "| one | 1 (7–7) | 10.00 | — | — | 1/0 |" in one

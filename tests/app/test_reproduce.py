@@ -11,7 +11,7 @@ from isingattn.errors import IsingInputError
 
 from isingattn.models.app.cli import main
 from isingattn.models.app.experiments import Cell, grid, run_cell, select
-from isingattn.models.app.grid_report import write_report
+from isingattn_study.grid_report import write_report
 
 TINY = dict(seeds=2, steps=40, eval_every=20, d_model=16, types=2, n_train=300, n_test=60)
 
@@ -80,7 +80,7 @@ def test_report_only_rebuilds_the_committed_report_from_committed_files(tmp_path
     from pathlib import Path
 
     from isingattn import analysis, atomic
-    from isingattn.models.app import grid_report
+    from isingattn_study import grid_report
 
     monkeypatch.setattr(atomic, "savefig", lambda fig, path, **kw: None)
     monkeypatch.setattr(analysis, "plot_couplings", lambda *a, **kw: None)

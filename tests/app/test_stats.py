@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from isingattn.models.app import lastkey
+from isingattn_study import lastkey
 from isingattn.models.app.report import mean_ci
-from isingattn.models.app.stats import fmt_p, holm, paired_p, power_paired, sign_test, welch, welch_p
+from isingattn_study.stats import fmt_p, holm, paired_p, power_paired, sign_test, welch, welch_p
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "results", "reproduce")
 SAMPLES = [np.array([0.3, -1.2, 2.5, 0.8, 1.1]), np.array([4.1, 4.9, 3.7]), np.array([-0.02, -0.05, 0.01, -0.04]),
@@ -96,9 +96,9 @@ def test_last_key_profiles_by_hand():
 
 def test_the_committed_report_family_as_the_audit_counted_it():
     """Holm over the 94 tests of the headline tables keeps 16, the number an independent audit found (issue 32)."""
-    from isingattn.models.app import findings
+    from isingattn_study import findings
     from isingattn.models.app.cells import load_cells
-    from isingattn.models.app.grid_report import PARTS, _rows
+    from isingattn_study.grid_report import PARTS, _rows
 
     cells = load_cells(ROOT)
     rows = [r for part, _ in PARTS for r in _rows(cells, part)]

@@ -147,7 +147,7 @@ def test_a_resumed_cell_prints_the_wall_time_its_report_shows(tmp_path, monkeypa
 
 def test_quick_reports_say_smoke_test_and_full_reports_do_not(tmp_path):
     """The note is on a quick report (``--quick``, or one seed in every cell) and not on the study's."""
-    from isingattn.models.app.grid_report import write_report
+    from isingattn_study.grid_report import write_report
 
     committed = ROOT / "results" / "reproduce" / "brackets" / "T8-noffn"
     root = tmp_path / "r"

@@ -1,6 +1,7 @@
 """The wheel stands alone (issue 31): built from a copy of the sources, installed into a fresh venv
 outside the repository, it runs the README's example against enumeration, compiles the native Banded
-kernel from the source it carries (a fresh cache) and answers ``isingattn --version``.
+kernel from the source it carries (a fresh cache) and answers ``isingattn --version``; the study
+(``study/``) is not in it, and ``isingattn reproduce`` says so in one line with exit status 2.
 
 The fresh venv borrows the dependencies (jax, dimod, ...) from the running interpreter's
 site-packages through a ``.pth`` line, so that the test needs no network; that line does not run the
@@ -84,6 +85,7 @@ def test_the_wheel_runs_the_readme_example_and_the_native_kernel_outside_the_rep
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"isingattn/py.typed", "isingattn/inference/banded/native.cc",
             "isingattn/models/app/cli_errors.py"} <= names
+    assert not any("isingattn_study" in n or n.startswith("study/") for n in names)
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
@@ -106,3 +108,7 @@ def test_the_wheel_runs_the_readme_example_and_the_native_kernel_outside_the_rep
     version = subprocess.run([str(venv / "bin" / "isingattn"), "--version"], cwd=run, capture_output=True, text=True,
                              env=env, timeout=300)
     assert version.returncode == 0 and version.stdout.startswith("isingattn ")
+    study = subprocess.run([str(venv / "bin" / "isingattn"), "reproduce", "--quick"], cwd=run, capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert study.returncode == 2 and len(study.stderr.strip().splitlines()) == 1, study.stderr[-2000:]
+    assert "source checkout" in study.stderr

@@ -118,6 +118,23 @@ def test_the_library_never_imports_the_application_or_the_test_helpers():
     assert bad == []
 
 
+def test_the_library_never_imports_the_study():
+    """``study/isingattn_study`` (the paper's study) is outside the package: no module of
+    ``isingattn``, ``inference`` or ``models`` imports it. The command line's ``reproduce`` finds
+    it by path (``cli_args.study``), and ``import isingattn.models.app.cli`` loads none of it."""
+    bad = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [(name, n) for n in names if n.split(".")[0] == "isingattn_study"]
+    assert bad == []
+    code = ("import sys, isingattn.models.app.cli\n"
+            "print(sorted(m for m in sys.modules if m.startswith('isingattn_study')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
 def test_ising_distribution_is_resolved_lazily_and_works():
     """``isingattn.IsingDistribution`` is the class of ``isingattn.distribution`` (the module's
     ``__getattr__``), and ``from isingattn import IsingDistribution`` works too; an unknown name

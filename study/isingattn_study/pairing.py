@@ -1,5 +1,5 @@
-"""Tables that pair the study's cells by seed, shared by issue 32's parts (:mod:`~isingattn.models.app.parts`)
-and the capacity part (:mod:`~isingattn.models.app.capacity`)."""
+"""Tables that pair the study's cells by seed, shared by issue 32's parts (:mod:`~isingattn_study.parts`)
+and the capacity part (:mod:`~isingattn_study.capacity`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Optional
 
 from isingattn.models.app.cells import same_shape
 from isingattn.models.app.report import fmt, mean_ci
-from isingattn.models.app.stats import holm, paired_p, sign_test
+from isingattn_study.stats import holm, paired_p, sign_test
 
 
 def paired_diff(a: Optional[dict], b: Optional[dict]) -> list:

@@ -1,8 +1,8 @@
 """What the tables support: the study's seven statements that an audit found worded beyond the data (issue 32),
 restated from the committed cells, and the sign test beside "ahead on every seed".
 
-Every number is read from the rows of :mod:`isingattn.models.app.grid_report`, the cells' files and the family of
-:mod:`isingattn.models.app.findings`; a statement whose cells are missing is left out (a quick report has none).
+Every number is read from the rows of :mod:`isingattn_study.grid_report`, the cells' files and the family of
+:mod:`isingattn_study.findings`; a statement whose cells are missing is left out (a quick report has none).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from isingattn import analysis
 from isingattn.models.app.report import mean_ci, t975
-from isingattn.models.app.stats import fmt_p, power_paired, welch
+from isingattn_study.stats import fmt_p, power_paired, welch
 
 PAPER_T12 = -1.08  # the paper: hJ's perplexity 1.08% below softmax's at T = 12
 
@@ -150,7 +150,7 @@ def _every_seed(C) -> str:
     never = [n for n, x in info.items() if not x]
     text = ("* **The learned J of the first grid cells was kept for seed 0 only**, so their profile rows were a "
             "\"mean of 3 (or 5) seeds\" that nobody could recheck. hJ was retrained with each cell's committed "
-            "settings (`python -m isingattn.models.app.couplings`), not bit-identically (CPU float sums differ "
+            "settings (`python -m isingattn_study.couplings`), not bit-identically (CPU float sums differ "
             "between JAX builds).")
     if ok:
         m = max(x["metric_max_rel_diff"] for x in ok.values()) * 100

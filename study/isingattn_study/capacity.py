@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from isingattn import atomic
-from isingattn.models.app.pairing import T16, compare_rows, find, paired_diff, rerun_hJ
+from isingattn_study.pairing import T16, compare_rows, find, paired_diff, rerun_hJ
 from isingattn.models.app.report import fmt, mean_ci
 
 

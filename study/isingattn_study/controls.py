@@ -5,7 +5,7 @@ the new controls and on the second task, one panel per question, at most six ent
    learned position-pair field B, and tuned hJ against tuned softmax and h (fresh seeds 10-14);
 2. brackets-hard T = 24: against softmax and h (seeds 0-4, and 5-9 where trained) and against softmax + B, h + B;
 3. capacity: the gain over softmax and over h against the parameter count, a line per shape
-   (:mod:`~isingattn.models.app.capacity`);
+   (:mod:`~isingattn_study.capacity`);
 4. MQAR: hJ against softmax, and against h, one panel each, an entry per cell (T, pairs, vocabulary, J).
 
 Each entry is the mean paired difference by seed with its 95% t interval; above 0, hJ did better.
@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 
 from isingattn import atomic
-from isingattn.models.app.capacity import capacity_points, draw_gain
+from isingattn_study.capacity import capacity_points, draw_gain
 from isingattn.models.app.cells import with_siblings
-from isingattn.models.app.pairing import T16, find, paired_diff, rerun_hJ, untuned_blocks
+from isingattn_study.pairing import T16, find, paired_diff, rerun_hJ, untuned_blocks
 from isingattn.models.app.report import mean_ci
 
 
@@ -33,7 +33,7 @@ def _seeds(a: dict, b: dict) -> str:
 
 def entries(every, untuned: dict, tuned: dict) -> dict:
     """``{panel title: [(label, [paired differences in points])]}`` for the categorical panels; ``untuned`` and
-    ``tuned``: ``{variant: {seed: accuracy}}`` of the ``tuned`` part (:func:`~isingattn.models.app.parts.tuned_results`)."""
+    ``tuned``: ``{variant: {seed: accuracy}}`` of the ``tuned`` part (:func:`~isingattn_study.parts.tuned_results`)."""
     out = {}
     blocks = untuned_blocks(every, untuned, ("hJ", "softmax", "h"))
     hJ = _pool(blocks, "hJ")

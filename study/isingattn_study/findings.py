@@ -1,7 +1,7 @@
 """The report's tests as a family (issue 32): p-values beside the paired intervals, Holm's adjustment over every
 test the report makes, and the exact sign test beside "ahead on every seed".
 
-:func:`family` collects the tests from the rows of :mod:`isingattn.models.app.grid_report` (one per cell), adjusts
+:func:`family` collects the tests from the rows of :mod:`isingattn_study.grid_report` (one per cell), adjusts
 them together, and writes ``p_<key>``, ``p_holm_<key>`` into the rows; the tables here print them.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from isingattn.models.app import headline
-from isingattn.models.app.stats import fmt_p, holm, paired_p, sign_test, welch_p
+from isingattn_study import headline
+from isingattn_study.stats import fmt_p, holm, paired_p, sign_test, welch_p
 
 # which field holds each comparison (perplexity cells are tested on their relative change, the headline's)
 FIELDS = {"base": (("hJ_rel_pct", "hJ_minus_base"), "paired_seeds"),

@@ -1,7 +1,7 @@
 """The paper's central claim plotted: hJ's paired gain over softmax, with its 95% CI, against T; below it,
 hJ's gain over h (sigmoid attention, J = 0), which says whether that gain is J's.
 
-Built from the rows of :mod:`isingattn.models.app.grid_report` (one per finished cell), so it is
+Built from the rows of :mod:`isingattn_study.grid_report` (one per finished cell), so it is
 regenerated with every report and never drawn by hand.
 """
 
@@ -175,7 +175,7 @@ def growth(rows: list[dict]) -> list[tuple]:
 def growth_table(rows: list[dict], p: dict | None = None) -> str:
     """:func:`growth` as markdown; a change whose interval excludes 0 is bold. ``p``: ``{(panel, series, T0, T1):
     (p, Holm's p)}`` adds a "p (Holm)" column, bold where Holm's p < 0.05."""
-    from isingattn.models.app.stats import fmt_p
+    from isingattn_study.stats import fmt_p
 
     data = growth(rows)
     if not data:

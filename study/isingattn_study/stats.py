@@ -32,7 +32,7 @@ def paired_p(mean: float, half: float, n: int) -> float:
 
 def welch_p(change: float, half: float, df: float) -> float:
     """Two-sided p of Welch's test behind ``change ± half`` (95%, ``df`` Welch–Satterthwaite degrees of freedom, as
-    :func:`isingattn.models.app.headline.growth` makes them)."""
+    :func:`isingattn_study.headline.growth` makes them)."""
     if half == 0 or math.isnan(df):
         return 1.0 if change == 0 else 0.0
     se = half / float(stats.t.ppf(0.975, df))

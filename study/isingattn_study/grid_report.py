@@ -22,7 +22,7 @@ import numpy as np
 from isingattn import analysis, atomic
 
 from isingattn.models import checkpoint
-from isingattn.models.app import curves, findings, headline, lastkey, statements
+from isingattn_study import curves, findings, headline, lastkey, statements
 from isingattn.models.app.cells import baseline, load_cells, paired, scale, sibling
 from isingattn.models.app.report import fmt, mean_ci, smoke_note
 

@@ -11,7 +11,7 @@ within :data:`TOL`, adds the missing seeds' J to the committed ``learned-J.json`
 * seed 0's J against the committed ``model-hJ-s0.npz``;
 * the mean profile over the seeds against the stored ``mean_profile``.
 
-Run: ``python -m isingattn.models.app.couplings shakespeare/T12 [...]`` (``ISINGATTN_DATA`` for the
+Run: ``python -m isingattn_study.couplings shakespeare/T12 [...]`` (``ISINGATTN_DATA`` for the
 corpus; scratch root ``runs/retrain-couplings``), then ``isingattn reproduce --report-only``.
 """
 
@@ -50,7 +50,7 @@ def retrain(name: str, scratch: str = SCRATCH, data_path=None, progress: bool = 
 
     cell = dataclasses.replace(committed_cell(name, root), variants=("hJ",))
     return run_cell(cell, os.path.join(scratch, name), data_path=data_path, progress=progress,
-                    command=f"python -m isingattn.models.app.couplings {name}")["hJ"]
+                    command=f"python -m isingattn_study.couplings {name}")["hJ"]
 
 
 def _J(path: str) -> np.ndarray:
@@ -92,7 +92,7 @@ def merge(name: str, scratch: str = SCRATCH, root: str = ROOT) -> dict:
     seeds = {**{s: Js[s] for s in added}, **own}
     out = {**stored, "seeds": {str(s): seeds[s].tolist() for s in sorted(seeds)},
            "retrained": {"seeds": added, "tolerance": TOL, **checks,
-                         "how": "hJ retrained with the cell's committed settings (isingattn.models.app.couplings); "
+                         "how": "hJ retrained with the cell's committed settings (isingattn_study.couplings); "
                                 "the committed seeds keep their own J; retrained seeds are added only when every "
                                 "check is within the tolerance"}}
     atomic.write_json(os.path.join(cell, "learned-J.json"), out)
