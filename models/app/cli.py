@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = train.add_subparsers(dest="task", required=True, metavar="TASK", help="the task to train on")
     b = tasks.add_parser("brackets", help="bracket matching: point at the matching opening bracket", **fmt)
     hb = tasks.add_parser("brackets-hard", help="bracket matching that needs selective attention: interleaved kinds, "
-                                                "fillers, test shapes unseen in training (DESIGN.md, the bracket tasks)",
+                                                "fillers, test shapes unseen in training (docs/study-protocol.md, the bracket tasks)",
                           **fmt)
     s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)", **fmt)
     for t, T in ((b, 8), (hb, 16), (s_, 12)):

@@ -37,7 +37,7 @@ BRACKET_TASKS = ("brackets", "brackets-hard")
 # What a Cell leaves at None, per task. brackets-hard (issue 13): each kind is its own Dyck word, shuffled with the
 # others, so the closer's kind selects which tokens matter (a query-independent average cannot); filler tokens;
 # test shapes never seen in training; 1000 training strings, so that softmax is not at its ceiling at T=16.
-# The measurements behind these values: DESIGN.md, "The bracket tasks".
+# The measurements behind these values: docs/study-protocol.md, "The bracket tasks".
 TASK_DEFAULTS = {"shakespeare": {"n_train": 20000}, "brackets": {"n_train": 20000},
                  "brackets-hard": {"n_train": 1000, "filler": 0.25, "split": "shape", "interleaved": True},
                  "mqar": {"n_train": 20000, "pairs": 8, "mqar_vocab": 65}}
