@@ -36,15 +36,56 @@ def _state_index(samples):
     return bits @ (1 << np.arange(bits.shape[-1] - 1, -1, -1))
 
 
+# Exact references, cheapest first, each with the settings compare runs it with: tried in turn
+# on the model (registry names; an engine not registered is passed over), the first that
+# accepts the model is the reference.
+EXACT_REFERENCES = (("exact", {"corr": True}), ("banded", {"bandwidth": None, "corr": True}),
+                    ("junction-tree", {}), ("planar", {}))
+
+
+def choose_reference(model: IsingModel) -> tuple:
+    """The exact reference that applies to ``model`` (one model), and why.
+
+    Tries :data:`EXACT_REFERENCES` in order: ``Exact`` for ``n ≤ EXACT_MAX_N``; ``Banded`` when
+    the couplings lie within a band it can sweep; the junction tree when the graph's width fits
+    its memory budget; ``Planar`` for a zero-field planar graph or lattice torus (log Z and edge
+    correlations). Returns ``(name, engine, reason)``, the engine prepared for the model;
+    ``reason`` says why it was chosen and why those before it were not. Raises
+    :class:`IsingInputError` with every refusal when none applies."""
+    from isingattn.engine import available
+
+    refused = []
+    for name, config in EXACT_REFERENCES:
+        if name not in available():
+            continue
+        if name == "exact" and model.n > EXACT_MAX_N:
+            refused.append(f"exact: n = {model.n} > {EXACT_MAX_N} spins")
+            continue
+        try:
+            engine = get(name, **config).prepared(model)
+        except IsingInputError as e:
+            refused.append(f"{name}: {' '.join(str(e).split())}")
+            continue
+        why = {"exact": f"n = {model.n} ≤ {EXACT_MAX_N}: enumeration",
+               "banded": f"couplings within a band of width {getattr(engine, 'bandwidth', '?')}",
+               "junction-tree": "the graph's elimination width fits the memory budget",
+               "planar": "zero fields on a planar graph or lattice torus"}.get(name, "it accepts the model")
+        reason = f"{name} ({why})" + (f"; not {'; not '.join(refused)}" if refused else "")
+        return name, engine, reason
+    raise IsingInputError("no exact reference applies to this model (" + "; ".join(refused) + "). Pass "
+                          "reference='<engine name>' (an approximate engine; errors are then relative to it).")
+
+
 class Comparison(list):
     """The rows of :func:`compare` (a list of dicts), plus the reference they are scored
     against: ``reference`` (its :class:`~isingattn.marginals.Marginals`) and
     ``reference_name``, so callers (e.g. a plot) need not run the reference again."""
 
-    def __init__(self, rows, reference: Marginals, reference_name: str):
+    def __init__(self, rows, reference: Marginals, reference_name: str, reference_reason: str = ""):
         super().__init__(rows)
         self.reference = reference
         self.reference_name = reference_name
+        self.reference_reason = reference_reason
 
 
 def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Union[str, Engine]]], *,
@@ -52,8 +93,10 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
             log_z_reference=None) -> Comparison:
     """Run every engine on ``model`` (one unbatched model) and score it against a reference.
 
-    The reference is ``Exact(corr=True)`` when ``reference`` is None or ``"exact"``
-    (``n ≤ EXACT_MAX_N``), ``"tree"`` for dwave-samplers' exact
+    The reference is the exact engine that applies (:func:`choose_reference`: Exact, Banded,
+    the junction tree or Planar; ``.reference_reason`` says which and why) when ``reference``
+    is None or ``"auto"``; ``Exact(corr=True)`` for ``"exact"`` (``n ≤ EXACT_MAX_N``),
+    ``"tree"`` for dwave-samplers' exact
     TreeDecompositionSampler (low treewidth: trees, strips), else the engine given (a
     registry name or an engine, e.g. a long Gibbs run, whose ``info["mcse"]`` then says
     how precise the errors are). ``progress`` prints a line per engine to stderr. Each row: ``engine``, ``max_err`` / ``mean_err`` (marginals),
@@ -79,10 +122,13 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         items = list(engines.items())
     else:
         items = [(e, get(e)) if isinstance(e, str) else (type(e).__name__, e) for e in engines]
-    if reference is None:
-        reference = "exact"
+    reason = ""
+    if reference is None or reference == "auto":
+        reference, ref_engine, reason = choose_reference(model)
     ref_name = reference if isinstance(reference, str) else type(reference).__name__
-    if ref_name == "tree":
+    if reason:
+        pass  # chosen above
+    elif ref_name == "tree":
         ref_engine = _TreeReference()
     elif ref_name == "exact":
         if model.n > EXACT_MAX_N:
@@ -97,7 +143,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     t0 = time.perf_counter()
     ref = ref_engine.marginals(model, key=keys[-1])
     ref_mean = np.asarray(ref.mean)
-    say(f"reference {ref_name}: {time.perf_counter() - t0:.1f} s")
+    say(f"reference {reason or ref_name}: {time.perf_counter() - t0:.1f} s")
     if log_z_reference is not None:
         ref_lz = tuple(log_z_reference) if isinstance(log_z_reference, (tuple, list)) else (log_z_reference, 0.0)
         ref_lz = (float(ref_lz[0]), float(ref_lz[1]))
@@ -145,7 +191,7 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
                        log_z_kind=str(out.info.get("log_z_kind", "")),
                        log_z_se=float(out.info["log_z_se"]) if "log_z_se" in out.info else math.nan)
         rows.append(row)
-    result = Comparison(rows, ref, ref_name)
+    result = Comparison(rows, ref, ref_name, reason)
     result.reference_log_z = ref_lz
     result.n, result.beta = model.n, float(model.beta)  # for a plot's title
     return result

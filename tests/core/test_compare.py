@@ -37,7 +37,28 @@ def test_compare_rejects_batches_and_large_n_without_reference():
         compare(IsingModel(np.zeros((2, 3)), np.zeros((3, 3))), ["exact"], key=jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match="reference"):
         compare(IsingModel(np.zeros(EXACT_MAX_N + 1), np.zeros((EXACT_MAX_N + 1,) * 2)), ["exact"],
-                key=jax.random.PRNGKey(0))
+                key=jax.random.PRNGKey(0), reference="exact")
+
+
+def test_the_exact_reference_is_chosen_and_explained():
+    """Small n: enumeration. A chain beyond EXACT_MAX_N: the band, with the reason it was not
+    enumeration; its marginals match the float64 transfer matrix below."""
+    from isingattn.compare import choose_reference
+
+    rng = np.random.default_rng(3)
+    h, J = random_model(rng, 6)
+    name, _, why = choose_reference(IsingModel(h, J))
+    assert name == "exact" and "enumeration" in why
+    n = EXACT_MAX_N + 6
+    c = rng.normal(size=n - 1) * 0.5
+    J = np.diag(c, 1) + np.diag(c, -1)
+    hh = rng.normal(size=n) * 0.3
+    model = IsingModel(hh, J, beta=1.0)
+    name, engine, why = choose_reference(model)
+    assert name == "banded" and f"not exact: n = {n} > {EXACT_MAX_N}" in why and engine.bandwidth == 1
+    rows = compare(model, ["meanfield-bp"], key=jax.random.PRNGKey(0))
+    assert rows.reference_name == "banded" and rows.reference_reason == why
+    np.testing.assert_allclose(np.asarray(rows.reference.mean), _chain_marginals(hh, c, 1.0), atol=1e-6)
 
 
 def test_cli_compare_reads_a_bqm_file(tmp_path, capsys, monkeypatch):
@@ -93,8 +114,8 @@ def _chain_marginals(h, Jc, beta):
 
 
 def test_compare_beyond_exact_with_another_reference(capsys):
-    """n = 30 > 20: the exact reference is refused (the message names the way out), and an
-    explicit reference is used instead. On a chain BP and Banded are both exact, so the
+    """n = 30 > EXACT_MAX_N: the exact reference, asked for, is refused (the message names the way
+    out), and an explicit reference is used instead. On a chain BP and Banded are both exact, so the
     reference's marginals equal the transfer-matrix ones and Banded's error is ~0."""
     rng = np.random.default_rng(4)
     h, J = random_model(rng, 30)
@@ -102,7 +123,7 @@ def test_compare_beyond_exact_with_another_reference(capsys):
     J = J + J.T
     model = IsingModel(h, J, beta=0.8)
     with pytest.raises(IsingInputError, match="reference="):
-        compare(model, ["banded"], key=jax.random.PRNGKey(0))
+        compare(model, ["banded"], key=jax.random.PRNGKey(0), reference="exact")
     rows = compare(model, ["banded"], key=jax.random.PRNGKey(0), reference="meanfield-bp")
     exact = _chain_marginals(h, np.diag(J, 1), 0.8)
     assert rows.reference_name == "meanfield-bp"
