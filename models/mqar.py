@@ -69,3 +69,36 @@ def make_data(key: jax.Array, T: int, n_pairs: int, vocab_size: int, n_train: in
         rng = np.random.default_rng(np.asarray(jax.random.key_data(jax.random.fold_in(key, i))).ravel())
         splits.append(sample(rng, n, T, n_pairs, vocab_size) if n else None)
     return MQARData(splits[0], splits[1], vocab_size, T, splits[2])
+
+
+def chance_level(vocab_size: int) -> float:
+    """Recall accuracy of a uniform guess among the ``V = (vocab_size - 1) // 2`` value tokens."""
+    return 1.0 / ((vocab_size - 1) // 2)
+
+
+def counting_baseline(split: Split, vocab_size: int) -> float:
+    """Accuracy, over the query positions of ``split``, of a predictor that never recalls: at each
+    query it guesses the value that occurs most often among the context's values not yet answered
+    in the query region (the answers before it are visible, teacher-forced), ties shared equally
+    (expected accuracy of a uniform pick among them). A model whose recall does not beat this has
+    learned value statistics, not associative recall.
+
+    ``split``: strings from :func:`sample` (tokens and targets ``[num, T]``)."""
+    K = (vocab_size - 1) // 2
+    tokens, targets = np.asarray(split.tokens), np.asarray(split.targets)
+    num, T = tokens.shape
+    is_query = targets >= 0
+    n_pairs = int(is_query[0].sum())
+    rows = np.arange(num)
+    counts = np.zeros((num, K), np.int64)  # value tokens K+1..2K -> columns 0..K-1
+    for j in range(n_pairs):  # the context's values
+        np.add.at(counts, (rows, tokens[:, 2 * j + 1] - K - 1), 1)
+    pos = np.sort(np.argwhere(is_query)[:, 1].reshape(num, n_pairs), 1)  # query positions, in order
+    credit = 0.0
+    for q in range(n_pairs):
+        target = targets[rows, pos[:, q]] - K - 1
+        top = counts.max(1)
+        tied = (counts == top[:, None]).sum(1)
+        credit += float(np.sum((counts[rows, target] == top) / tied))
+        counts[rows, target] -= 1  # answered: its value is visible from here on
+    return credit / (num * n_pairs)

@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 
-# two-sided 95% Student-t quantiles t_{0.975, df}
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
-
-
 def t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+    """The two-sided 95% Student-t quantile ``t_{0.975, df}``, exact (``t975(4)`` = 2.7764)."""
+    from scipy import stats
+
+    if df < 1:
+        raise ValueError(f"t975: df must be at least 1; got {df}.")
+    return float(stats.t.ppf(0.975, df))
 
 
 def mean_ci(x) -> tuple[float, float]:

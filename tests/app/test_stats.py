@@ -110,3 +110,18 @@ def test_the_committed_report_family_as_the_audit_counted_it():
     r = next(r for r in rows if r["cell"] == "brackets-hard/T16-noffn")
     assert (r["ahead_base"], r["paired_seeds"], r["sign_p_base"]) == (5, 5, 0.0625)
     assert r["p_holm_base"] < 0.05 <= next(x for x in rows if x["cell"] == "shakespeare/T4")["p_holm_base"]
+
+
+def test_t975_is_the_exact_student_quantile():
+    """Closed forms at df = 1 (Cauchy: tan(0.475π)) and df = 2 (0.95/√(2·0.975·0.025)), and at df = 4
+    the density integrated numerically to 0.975 (the rounded table value 2.776 was off in the 4th digit)."""
+    import math
+
+    from isingattn.models.app.report import t975
+
+    assert abs(t975(1) - math.tan(0.475 * math.pi)) < 1e-9
+    assert abs(t975(2) - 0.95 / math.sqrt(2 * 0.975 * 0.025)) < 1e-9
+    x = np.linspace(0.0, t975(4), 200001)
+    dens = 3 / 8 * (1 + x**2 / 4) ** -2.5  # Student t, 4 degrees of freedom
+    mass = 0.5 + float(np.sum((dens[1:] + dens[:-1]) / 2 * np.diff(x)))
+    assert abs(mass - 0.975) < 1e-9 and abs(t975(4) - 2.776) > 4e-4
