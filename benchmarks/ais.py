@@ -1,4 +1,4 @@
-"""AIS on periodic L×L ferromagnets at the critical coupling K_c (issue 28), in one run:
+"""AIS on periodic L×L ferromagnets at the critical coupling K_c, in one run:
 
 1. throughput: spin updates per second of AIS and of the Gibbs engine on the same 64×64
    torus (coloured sweeps, the same chains), and their ratio (target ≥ 0.8);

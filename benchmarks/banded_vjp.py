@@ -10,7 +10,7 @@ Rows (each in its own subprocess, float32, one head, d = 64):
   hJ + Banded(8) (``J_param="banded"``, ``J_band=8``) at ``--batch-256`` (T = 256) or 64 (T = 64).
 * ``engine``: ``Banded(bandwidth=8)`` alone on the causal models of 8 sequences at T = 256 (h N(0, 1), J as in
   ``layer``): the marginals (``fwd``), or the marginals and their VJP in h and J (``vjp``).
-* ``gemm``: a float32 512 x 512 GEMM, the machine's multiply-add rate, against which issue 13's ideal (one
+* ``gemm``: a float32 512 x 512 GEMM, the machine's multiply-add rate, against which the ideal (one
   forward sweep, ``2^(w+1) T²/2`` multiply-adds per sequence) is put in milliseconds.
 
 Times are after compile, median (and best) of ``--repeats`` calls; ``compile`` is the first call. Ratios
@@ -20,7 +20,7 @@ first on PYTHONPATH), so that old and new are measured in one run (``--ref HEAD`
 against its last commit). On a CPU, Banded runs the native kernel (inference/native.cc) where it
 builds; ``ISINGATTN_NATIVE=0`` times the XLA graph (inference/banded_vjp.py) instead.
 
-Targets (issue 13): the hJ + Banded(8) training step ≤ 5x softmax per sequence at T = 256, ≤ 3x at
+Targets: the hJ + Banded(8) training step ≤ 5x softmax per sequence at T = 256, ≤ 3x at
 T = 64, compile ≤ 60 s.
 
 Run:  taskset -c 0 python benchmarks/banded_vjp.py                    (~3 minutes on one core)
@@ -165,10 +165,10 @@ def main(argv=None) -> int:
     print("\n".join(table_lines(hdr, rows, left=2)))
 
     g = res.get(("work", "gemm-f32-512"))
-    if g:  # issue 13's ideal: one forward sweep, 2^(w+1) T^2 / 2 multiply-adds per sequence, at the GEMM rate
+    if g:  # the ideal: one forward sweep, 2^(w+1) T^2 / 2 multiply-adds per sequence, at the GEMM rate
         rate = 512**3 / g["median_s"]  # multiply-adds per second
         ideal = 2**9 * 256**2 / 2
-        print(f"\nfloat32 GEMM 512^3: {2 * rate / 1e9:.1f} GFLOP/s. Issue 13's ideal forward sweep at T=256 "
+        print(f"\nfloat32 GEMM 512^3: {2 * rate / 1e9:.1f} GFLOP/s. The ideal forward sweep at T=256 "
               f"({ideal / 1e6:.1f} M multiply-adds per sequence) would take {ideal / rate * 1e3:.2f} ms at that rate.")
         for label, _ in trees:
             for v in ("fwd", "vjp"):

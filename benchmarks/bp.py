@@ -1,5 +1,5 @@
 """Loopy belief propagation: ``MeanField(method="bp")`` against pgmax's loopy BP, accuracy
-against exact marginals and speed, on DESIGN.md's accuracy-bar problem (issue 5).
+against exact marginals and speed, on DESIGN.md's accuracy-bar problem.
 
 Problem: ``--instances`` dense models, n = 16, β = 1, ``J_jk ~ N(0, 1/n)``, ``h ~ N(0, 1)``
 (``isingattn.testing.random_model``), float32 for both. Reference: ``brute_force`` (numpy
@@ -172,7 +172,7 @@ def main(argv=None):
     print(f"\nspeed, ours / pgmax: one at a time {r1:.1f}x, batched {r2:.1f}x")
     # Both stop at the same Bethe fixed point; the slack covers float32 and the two 1e-6 stopping rules.
     acc_ok = eo.max() <= ep.max() + ACC_SLACK and eo.mean() <= ep.mean() + ACC_SLACK
-    print("Targets (issue 5):")
+    print("Targets:")
     print(f"  accuracy ours <= pgmax + {ACC_SLACK:g} (max and mean |Δm|)   {'PASS' if acc_ok else 'FAIL'}  "
           f"({eo.max():.4f} vs {ep.max():.4f}; {eo.mean():.4f} vs {ep.mean():.4f})")
     for label, r in (("one at a time", r1), ("batched", r2)):

@@ -1,6 +1,5 @@
 """First-call (trace + compile + one run) times of every registered engine at the sizes the
-README uses, and of the first training step of hJ + Banded(8) at T = 256 (issue 11, item 6:
-each under 60 s).
+README uses, and of the first training step of hJ + Banded(8) at T = 256 (each under 60 s).
 
 Every case runs in its own fresh Python process (no in-memory jit cache; the library enables
 no persistent compilation cache, and this script turns it off explicitly), float32 unless a

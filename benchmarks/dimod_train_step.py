@@ -1,5 +1,5 @@
 """One training step (forward + backward + AdamW) of the one-layer Transformer with hJ
-attention at T=8 through DimodEngine and a sampler whose β is hidden (issue 14), beside
+attention at T=8 through DimodEngine and a sampler whose β is hidden, beside
 hJ+Exact, to size the ``annealing-qpu`` cells.
 
 The sampler is ``isingattn.inference.dimod.standins.HiddenBetaSampler`` (fixed-β simulated annealing at

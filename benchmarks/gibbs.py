@@ -1,5 +1,5 @@
 """Gibbs engine throughput, side by side with dwave-samplers' simulated annealing at a
-fixed β and thrml's block Gibbs (DESIGN.md §3, Gibbs; issues 5 and 11).
+fixed β and thrml's block Gibbs (DESIGN.md §3, Gibbs).
 
 Problems (float32, β = 1, ``h ~ N(0, 1)``, dense ``J_jk ~ N(0, 1/n)``):
 
@@ -23,7 +23,7 @@ over sweeps for all chains and models, every sweep's spins stored); ``Gibbs() en
 default diagnostics`` is ``Gibbs(num_warmup, num_samples, num_chains=256).marginals`` as
 users call it (sweeps, per-spin split R-hat/ESS/MCSE, the ``[n, n]`` second moment, the
 samples), and the ``diagnostics=False`` row the same without R-hat/ESS/MCSE. The
-issue-11 target is the engine with its default diagnostics against dwave SA, in the
+target is the engine with its default diagnostics against dwave SA, in the
 same run. The CPU-second column divides by the process CPU time of the best
 run (all threads): on a loaded machine it shows the work done per core-second, which
 wall time hides (XLA runs ours on 2 threads; dwave is single-threaded). So that a fast
@@ -51,7 +51,7 @@ from isingattn import IsingModel
 from isingattn.inference.mcmc.gibbs import Gibbs, run_chains
 
 TARGET_RATE = 5e7  # spin updates / s, dense n = 64, 256 chains
-TARGET_DWAVE = 1.5  # ours / dwave SA at fixed beta (sweeps only, issue 5; the engine with default diagnostics, issue 11)
+TARGET_DWAVE = 1.5  # ours / dwave SA at fixed beta (sweeps only; and the engine with default diagnostics)
 TARGET_THRML = 10.0  # ours / thrml block Gibbs
 ENGINE = "ours: Gibbs() engine, default diagnostics"
 
@@ -170,7 +170,7 @@ def dense_problem(a, rng):
     if not a.skip_thrml:
         checks.append(("ours / thrml", rate[ours] / rate["thrml block Gibbs (64 one-spin blocks, vmap chains)"],
                        TARGET_THRML, "x"))
-    print("\nTargets (issue 5; the engine line: issue 11):")
+    print("\nTargets:")
     for label, got, want, unit in checks:
         scale = 1e6 if unit == "M/s" else 1.0
         print(f"  {label:42s} >= {want / scale:6.1f}{unit:3s}  got {got / scale:8.2f}{unit:3s}  "

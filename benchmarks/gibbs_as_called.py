@@ -1,5 +1,5 @@
 """``Gibbs()`` as users call it, against dwave-samplers' SimulatedAnnealingSampler at a fixed β,
-side by side in one run (issue 29's small-n target).
+side by side in one run.
 
 A 64×64 ±J periodic lattice (``h ~ N(0, 0.1²)``, β = 1), 16 chains, 100 draws, no warmup:
 

@@ -1,4 +1,4 @@
-"""Learning Ising models from data (issue 30): isingattn.learn against scikit-learn, side by side
+"""Learning Ising models from data: isingattn.learn against scikit-learn, side by side
 in one run.
 
 1. **PLM vs scikit-learn.** Data: open L×L lattices (L = 10 and 32, n = 100 and 1,024) with

@@ -1,4 +1,4 @@
-"""log Z from every engine that gives one, against an exact reference, in one run (issue 28).
+"""log Z from every engine that gives one, against an exact reference, in one run.
 
 Models (float64):
   tree      a random tree of 2,000 spins (h ~ N(0, 0.3²), J ~ ±U(0.5, 1)), β = 1; reference:

@@ -1,6 +1,6 @@
-"""Parallel tempering (``"pt"``) against Gibbs, side by side in one run (issue 29).
+"""Parallel tempering (``"pt"``) against Gibbs, side by side in one run.
 
-1. **Accuracy as users call it.** The 8×24 open strip of issue 29 (±1 couplings, ``h ~ N(0,
+1. **Accuracy as users call it.** The 8×24 open strip (±1 couplings, ``h ~ N(0,
    0.3²)``, seed 0) at β = 1, 2, 3: ``PT()`` and ``Gibbs()`` with their defaults, the max and
    mean |error| of the marginals against the exact transfer matrix (the one written in
    tests/inference/mcmc/test_pt.py), ``converged``, and the wall time of the call (first

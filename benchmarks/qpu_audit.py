@@ -1,4 +1,4 @@
-"""Audit of the models trained through a sampler whose β is hidden (issue 14, part 4): at their
+"""Audit of the models trained through a sampler whose β is hidden: at their
 final parameters, do the engine's marginals match Exact's at the model's β?
 
 For each finished run of the ``annealing-qpu`` cells under ``--root``, the trained parameters

@@ -1,4 +1,4 @@
-"""Sparse coupling graphs at scale (issue 12), ours and the anchors side by side in one run.
+"""Sparse coupling graphs at scale, ours and the anchors side by side in one run.
 
 1. ``gibbs``: 2D ±J lattices with periodic boundaries, ``h ~ N(0, 0.1²)``, fixed β = 0.5,
    16 chains, at n = 4,096, 65,536 and 1,048,576: ``Gibbs`` (colour-class sweeps on the

@@ -1,4 +1,4 @@
-"""Ground states with the samplers' own defaults (issue 11, item 6; issue 27, item 7): ``SQASampler()``,
+"""Ground states with the samplers' own defaults: ``SQASampler()``,
 an annealer by default (``mode="anneal"``) with its derived β and Γ schedule, the thermal sampler that
 was its default before (``mode="thermal"``, β = 1), the same with the old fixed defaults (β = 1, Γ linear
 3 → 0.01), dwave-samplers' ``SimulatedAnnealingSampler`` and, if importable, openjij's
@@ -91,7 +91,7 @@ def main(argv=None):
     print(f"{args.instances} random dense n={args.n} instances ({what}), {R} reads each; "
           "ground energies by dimod.ExactSolver\n")
 
-    ours = SQASampler()  # its defaults: mode="anneal" (issue 27)
+    ours = SQASampler()  # its defaults: mode="anneal"
     assert ours.sample(bqms[0], num_reads=1, num_sweeps=1, seed=0).info["mode"] == "anneal"
     t = time.perf_counter()
     ours.sample(bqms[0], num_reads=R, seed=10**6)  # compiles the derived-default run once
@@ -108,7 +108,7 @@ def main(argv=None):
     ours.sample(bqms[0], num_reads=R, seed=10**6, mode="thermal")  # the thermal run's own compilation
     runs = {
         "ours, SQASampler() defaults (anneal, derived β, Γ)": run_ours,
-        "ours, mode='thermal' (the default before issue 27; β=1)":
+        "ours, mode='thermal' (the earlier default; β=1)":
             lambda i, b: ours.sample(b, num_reads=R, seed=i, mode="thermal").record.energy,
         "ours, old defaults (β=1, Γ linear 3→0.01)": lambda i, b: ours.sample(b, num_reads=R, seed=i, **old).record.energy,
         "dwave-samplers SimulatedAnnealingSampler, defaults":

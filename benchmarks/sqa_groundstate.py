@@ -1,5 +1,5 @@
 """Ground-state search: our ``SQASampler(mode="anneal")`` against openjij's ``SQASampler``
-at equal sweeps, Trotter number and reads (issue 3), plus spin-update throughput.
+at equal sweeps, Trotter number and reads, plus spin-update throughput.
 
 Instances: random dense SK-like models from ``isingattn.testing.random_model``:
 ``h_j ~ N(0, 1/n)``, ``J_jk ~ N(0, 1/n)`` (all pairs), n = 24 by default. Their ground
@@ -27,7 +27,7 @@ every read, so ``sample(..., num_reads=R, seed=k)`` returns R identical reads. T
 distinct but reproducible reads we call it once per read with ``seed = base + r``
 (``sample(..., num_reads=1)``). Ours: ``seed`` gives the whole sample set, reads distinct.
 
-Large dense models (``--large``, issue 5): n = 64 and 256, where ground states cannot be
+Large dense models (``--large``): n = 64 and 256, where ground states cannot be
 enumerated. The reference energy of an instance is the lowest energy found by ANY method:
 a long dwave-samplers ``SimulatedAnnealingSampler`` run (default geometric β schedule,
 ``--ref-reads`` reads of ``--ref-sweeps`` sweeps) and every read of ours and openjij. A read

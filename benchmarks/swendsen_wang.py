@@ -1,5 +1,4 @@
-"""Swendsen–Wang at the critical point: time to a given accuracy, not only moves per second
-(issue 29, targets for cluster moves).
+"""Swendsen–Wang at the critical point: time to a given accuracy, not only moves per second.
 
 Problem: the ferromagnetic ``L × L`` torus (``J = 1``, no field) at ``K_c = ½ ln(1 + √2)``,
 float32, ``L`` = 64 and 256 (``--sizes``). Three samplers, side by side in one run:

@@ -30,7 +30,7 @@ CONFIGS = {  # name -> (T, Config overrides)
     "hJ-exact-24": (24, dict(variant="hJ")),
     "softmax-256": (256, dict(variant="softmax")),
     "hJ-banded8-256": (256, dict(variant="hJ", J_param="banded", J_band=8, engine="banded8")),
-    # full J at long context through the approximate engines (issue 13)
+    # full J at long context through the approximate engines
     "softmax-64": (64, dict(variant="softmax")),
     "hJ-meanfield-naive-64": (64, dict(variant="hJ", engine="meanfield-naive")),
     "hJ-meanfield-tap-64": (64, dict(variant="hJ", engine="meanfield-tap")),

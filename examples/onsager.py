@@ -60,7 +60,7 @@ for L in sizes:
     model = torus(L)
     q = args.quick
     # AIS anneals with Swendsen–Wang moves: single-spin moves lag behind the anneal at and above
-    # K_c, and AIS's SE there is then not honest (benchmarks/README.md, issue 28)
+    # K_c, and AIS's SE there is then not honest (benchmarks/README.md, `ais.py`)
     engines = [("AIS", AIS(num_chains=64 if q else 128, num_temps=128 if q else 512, transition="swendsen-wang")),
                ("Gibbs", Gibbs(num_warmup=200, num_samples=400 if q else 2000, num_chains=4)),
                ("Swendsen–Wang", SwendsenWang(num_warmup=50 if q else 200, num_samples=200 if q else 2000, num_chains=4))]

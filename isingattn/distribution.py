@@ -1,4 +1,4 @@
-"""The Ising model as a NumPyro distribution over ``{-1, +1}^n`` (issue 30), and a
+"""The Ising model as a NumPyro distribution over ``{-1, +1}^n``, and a
 pseudo-likelihood factor for models too large for an exact ``log Z``.
 
 ``IsingDistribution(h, J, beta, mask, engine)`` has ``log_prob(s) = -β E(s) - log Z`` with the

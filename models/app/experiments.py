@@ -14,6 +14,7 @@ import dataclasses
 import glob
 import json
 import os
+import subprocess
 import time
 from typing import Optional
 
@@ -34,7 +35,7 @@ from isingattn.models.app.runlock import FolderLock
 
 VARIANTS = ("softmax", "hJ", "h", "J")
 BRACKET_TASKS = ("brackets", "brackets-hard")
-# What a Cell leaves at None, per task. brackets-hard (issue 13): each kind is its own Dyck word, shuffled with the
+# What a Cell leaves at None, per task. brackets-hard: each kind is its own Dyck word, shuffled with the
 # others, so the closer's kind selects which tokens matter (a query-independent average cannot); filler tokens;
 # test shapes never seen in training; 1000 training strings, so that softmax is not at its ceiling at T=16.
 # The measurements behind these values: docs/study-protocol.md, "The bracket tasks".
@@ -75,7 +76,7 @@ class Cell:
     filler: Optional[float] = None  # chance that a step is a filler token (brackets.sample_dyck)
     split: Optional[str] = None  # "shape": test shapes unseen in training; "string": test strings unseen
     interleaved: Optional[bool] = None  # each kind its own Dyck word (brackets.sample_dyck)
-    # issue 32: a learned position-pair field, dropout, weight decay, the first seed, the scored split, MQAR
+    # the study's controls: a learned position-pair field, dropout, weight decay, the first seed, the scored split, MQAR
     pair_bias: bool = False  # a learned field per head and position pair (Config.pair_bias): the pairwise control
     dropout: float = 0.0  # Config.dropout
     weight_decay: float = 0.01  # TrainConfig.weight_decay
@@ -156,10 +157,10 @@ class Cell:
             tail += "-decayJ"
         if self.rel_bias:
             tail += "-relbias"
-        return f"{self.part}/T{self.seq_len}{tail}{self._tail32()}"
+        return f"{self.part}/T{self.seq_len}{tail}{self._controls_tail()}"
 
-    def _tail32(self) -> str:
-        """The name's tail for issue 32's fields (empty at their defaults, so older names stay)."""
+    def _controls_tail(self) -> str:
+        """The name's tail for the controls' fields (empty at their defaults, so older names stay)."""
         tail = "-pairbias" if self.pair_bias else ""
         if self.task == "mqar":
             tail += f"-n{self.pairs}-v{self.mqar_vocab}"
@@ -192,7 +193,7 @@ LEGACY_CELL = {"weight_decay_on": "all", "J_param": "full", "filler": None, "spl
 
 
 def grid(quick: bool = False) -> list[Cell]:
-    """The full grid of issue 4, or a small one that finishes in minutes on 2 CPU cores.
+    """The paper's grid, or a small one that finishes in minutes on 2 CPU cores.
 
     Its cells decay every array (``weight_decay_on="all"``), as the committed results
     in ``results/reproduce`` were trained, so that rerunning them reproduces those numbers."""
@@ -220,7 +221,7 @@ BAND = 8  # the bandwidth of J at T >= 32: Banded(8) is exact for it (its cost g
 
 
 def study(annealers: dict) -> list[Cell]:
-    """Issue 13's cells: where do learned couplings help, at long context and on a task with power?
+    """The long-context cells: where do learned couplings help, at long context and on a task with power?
 
     Every cell decays matrices only (J is not decayed, the setting the ``confounds`` part
     tests). At T >= 32 J is toeplitz or banded with bandwidth ``BAND`` and runs through
@@ -235,7 +236,7 @@ def study(annealers: dict) -> list[Cell]:
              for form in forms for f in (True, False)]
     hard += [Cell("annealing-hard", "brackets-hard", T, variants=("hJ",), seeds=5, engine=e, engine_kw=kw, **every)
              for T in (8, 16) for e, kw in annealers.items()]
-    # issue 14: hJ trained through a sampler whose β is hidden (fixed-β SA at β0 = 2.5 that ignores the β it is
+    # hJ trained through a sampler whose β is hidden (fixed-β SA at β0 = 2.5 that ignores the β it is
     # given), calibrated and raw, against exact-trained hJ; one pooled calibration scale per call (DESIGN.md §3)
     qpu = dict(sampler="hidden-beta:2.5", pool=True, num_reads=64, num_bootstrap=0)
     # and calibrated with the Rao-Blackwellized mean, tanh(β(h + J s)) over the reads (64 plain reads leave
@@ -370,7 +371,7 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
         config = {"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
                   "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta}
         logged = [] if restart else _logged_variants(out, cell, vocab, meta)
-        atomic.write_json(os.path.join(out, "cell.json"), dataclasses.asdict(cell), indent=2)
+        atomic.write_json(os.path.join(out, "cell.json"), _cell_record(cell, out), indent=2)
         atomic.write_json(os.path.join(out, "config.json"), config, indent=2)  # the full configuration of every run
         if command:
             atomic.append_line(os.path.join(out, "commands.txt"), command)
@@ -386,6 +387,45 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
     return results
 
 
+RECORDS = ("code",)  # keys of cell.json that record a run, not a setting of the cell
+
+
+def code_version() -> dict:
+    """The code that trains: ``{"commit", "dirty", "version"}``, the git commit of the source checkout
+    the package runs from (``dirty``: its work tree had uncommitted changes), or None for both outside
+    a checkout (an installed wheel), and the package version."""
+    import pathlib
+
+    import isingattn
+
+    root = pathlib.Path(__file__).resolve().parents[2]  # <checkout>/models/app/experiments.py
+    commit = dirty = None
+    if (root / "pyproject.toml").is_file() and (root / "isingattn" / "__init__.py").is_file():
+        try:
+            git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=30)
+            head = git("rev-parse", "HEAD")
+            if head.returncode == 0:
+                commit = head.stdout.strip()
+                dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        except (OSError, subprocess.SubprocessError):  # no git on this machine
+            pass
+    return {"commit": commit, "dirty": dirty, "version": isingattn.__version__}
+
+
+def _cell_record(cell: Cell, out: str) -> dict:
+    """cell.json: the cell's settings, and under ``code`` every code version that has trained in the
+    folder, oldest first (a resumed cell may span commits)."""
+    path = os.path.join(out, "cell.json")
+    try:
+        code = json.load(open(path)).get("code", []) if os.path.exists(path) else []
+    except ValueError:
+        code = []
+    now = code_version()
+    if not code or code[-1] != now:
+        code = [*code, now]
+    return {**dataclasses.asdict(cell), "code": code}
+
+
 def _check_cell(cell: Cell, out: str) -> None:
     """Refuse a folder whose cell.json describes another experiment (beyond seeds and variants)."""
     path = os.path.join(out, "cell.json")
@@ -397,7 +437,7 @@ def _check_cell(cell: Cell, out: str) -> None:
         raise RunFolderError(f"{path} is not valid JSON ({e}); pass --restart to start this folder over.") from None
     new = json.loads(json.dumps(dataclasses.asdict(cell)))
     diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
-            if k not in EXTENDABLE and old.get(k) != new.get(k)]
+            if k not in EXTENDABLE and k not in RECORDS and old.get(k) != new.get(k)]
     if diff:
         raise RunFolderError(f"{out} holds another experiment ({'; '.join(diff)}). Write to a new --out, or pass "
                              "--restart to discard its runs and start over.")

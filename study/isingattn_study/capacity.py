@@ -1,4 +1,4 @@
-"""Issue 32's part 5, capacity at matched parameters: the parameter count of every configuration of the grid,
+"""The capacity part, at matched parameters: the parameter count of every configuration of the grid,
 and the paired gain of J against it for the configurations trained (a table, Holm over its rows, and a plot)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from isingattn.models.app.report import fmt, mean_ci
 
 
 def param_counts() -> list[dict]:
-    """Parameters of every capacity configuration (issue 32 part 5), by variant; J_raw counts for hJ only (softmax
+    """Parameters of every capacity configuration, by variant; J_raw counts for hJ only (softmax
     and h hold it as an unused zero array), the rest for every variant."""
     import jax
 

@@ -1,4 +1,4 @@
-"""The headline's companion figure for issue 32 (``results/reproduce/controls.png``): hJ's paired gain against
+"""The headline's companion figure for the controls (``results/reproduce/controls.png``): hJ's paired gain against
 the new controls and on the second task, one panel per question, at most six entries a panel.
 
 1. brackets-hard T = 16: hJ against softmax and h over every seed trained (0-14), against softmax and h with a

@@ -1,4 +1,4 @@
-"""Every seed's learned couplings of the cells trained before ``learned-J.json`` kept them all (issue 32).
+"""Every seed's learned couplings of the cells trained before ``learned-J.json`` kept them all.
 
 The first grid cells (``shakespeare/T*``, ``brackets/T*``) kept only seed 0's model, so their
 file ``learned-J.json`` holds seed 0's J and the mean profile over seeds as the report printed it
@@ -33,9 +33,10 @@ ROOT = "results/reproduce"
 def committed_cell(name: str, root: str = ROOT):
     """The :class:`~isingattn.models.app.experiments.Cell` of ``root/<name>/cell.json`` (its committed settings;
     fields added since take the values those cells were run with, ``LEGACY_CELL``)."""
-    from isingattn.models.app.experiments import LEGACY_CELL, Cell
+    from isingattn.models.app.experiments import LEGACY_CELL, RECORDS, Cell
 
     fields = {**LEGACY_CELL, **json.load(open(os.path.join(root, name, "cell.json")))}
+    fields = {k: v for k, v in fields.items() if k not in RECORDS}
     fields = {k: tuple(map(tuple, v)) if k == "engine_kw" else tuple(v) if isinstance(v, list) else v
               for k, v in fields.items()}
     cell = Cell(**fields)

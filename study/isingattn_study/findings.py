@@ -1,4 +1,4 @@
-"""The report's tests as a family (issue 32): p-values beside the paired intervals, Holm's adjustment over every
+"""The report's tests as a family: p-values beside the paired intervals, Holm's adjustment over every
 test the report makes, and the exact sign test beside "ahead on every seed".
 
 :func:`family` collects the tests from the rows of :mod:`isingattn_study.grid_report` (one per cell), adjusts

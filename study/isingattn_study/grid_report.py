@@ -337,7 +337,7 @@ def write_report(root: str, quick: bool = False) -> str:
     for part, title in PARTS:
         rows = by_part[part]
         if not rows and part not in ("shakespeare", "brackets", "annealing"):
-            continue  # issue 13's parts appear once a cell has finished
+            continue  # the long-context parts appear once a cell has finished
         md.append(f"\n## {title}\n\nPaper: {PAPER[part]}\n\n{_md(rows, part)}")
         if rows:
             with atomic.writing(os.path.join(root, f"{part}.csv"), "w", newline="") as f:

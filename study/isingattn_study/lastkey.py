@@ -1,4 +1,4 @@
-"""How much of a learned J's distance profile is the last key (issue 32, item 7).
+"""How much of a learned J's distance profile is the last key.
 
 In a causal model key T−1 is seen by query T−1 alone, so its couplings are learned from one position per
 sequence; at distance d it is one of the T − d pairs that the profile averages, and the only one at d = T − 1.

@@ -1,4 +1,4 @@
-"""Tables that pair the study's cells by seed, shared by issue 32's parts (:mod:`~isingattn_study.parts`)
+"""Tables that pair the study's cells by seed, shared by the controls' parts (:mod:`~isingattn_study.parts`)
 and the capacity part (:mod:`~isingattn_study.capacity`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 32's parts of the grid, and each part's own README (``results/reproduce/<part>/README.md``).
+"""The study's controls as parts of the grid, and each part's own README (``results/reproduce/<part>/README.md``).
 
 - ``pairwise``: softmax and h with a learned position-pair field ``B[h, i, j]`` (``Config.pair_bias``;
   T² per head, 0 at the start, not weight-decayed), paired against hJ of the brackets-hard cell of
@@ -324,7 +324,7 @@ def unfinished(root: str, part: str) -> list[dict]:
 
 
 CORES = 2  # the machine that trained these parts: 2 CPU cores, shared with other work
-ISSUE_PART = {"tuning": 2, "tuned": 2, "pairwise": 3, "seeds10": 4, "capacity": 5, "mqar": 6}  # issue 32's numbering
+ISSUE_PART = {"tuning": 2, "tuned": 2, "pairwise": 3, "seeds10": 4, "capacity": 5, "mqar": 6}  # the numbering of the audit that asked for them
 
 
 def _spent(mine) -> tuple:

@@ -1,4 +1,4 @@
-"""What the tables support: the study's seven statements that an audit found worded beyond the data (issue 32),
+"""What the tables support: the study's seven statements that an audit found worded beyond the data,
 restated from the committed cells, and the sign test beside "ahead on every seed".
 
 Every number is read from the rows of :mod:`isingattn_study.grid_report`, the cells' files and the family of

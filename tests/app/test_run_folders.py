@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 from isingattn import atomic
-
 from isingattn.models import checkpoint
 from isingattn.errors import RunFolderError, TrainingDivergedError
 from isingattn.models.app.experiments import Cell, run_cell
 from isingattn.models.app.runlock import FolderLock
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = dict(variants=("softmax", "hJ"), seeds=1, steps=40, eval_every=10, d_model=8, types=2, n_train=200,
             n_test=40, batch_size=16)
 
@@ -166,6 +166,10 @@ def test_cell_folder_refuses_other_settings_and_restart_starts_over(tmp_path):
     out = str(tmp_path / "cell")
     first = run_cell(_cell(), out, progress=False)
     before = open(os.path.join(out, "metrics.jsonl")).read()
+    # cell.json records the commit that trained it: this checkout's HEAD, asked of git here
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    (code,) = json.load(open(os.path.join(out, "cell.json")))["code"]
+    assert code["commit"] == (head.stdout.strip() if head.returncode == 0 else None)
     for other, field in ((dict(lr=1e-2), "lr"), (dict(engine="meanfield"), "engine"), (dict(n_train=150), "n_train")):
         with pytest.raises(RunFolderError, match=f"{field}.*--restart"):
             run_cell(_cell(**other), out, progress=False)

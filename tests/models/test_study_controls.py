@@ -1,4 +1,4 @@
-"""Issue 32's model options against independent references: the position-pair field
+"""The study controls' model options against independent references: the position-pair field
 (``Config.pair_bias``), dropout, the validation split of brackets, and the MQAR task."""
 
 import equinox as eqx
