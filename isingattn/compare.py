@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from typing import Mapping, Optional, Sequence, Union
 
 import jax
@@ -109,7 +110,12 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
     one) and ``log_z_err`` (``log_z`` minus the reference's). The reference's ``log Z`` is
     ``log_z_reference`` when given (a float, or ``(value, se)``, e.g. Kaufman's exact value
     from :func:`isingattn.onsager.torus_log_z`, or a long AIS run with its SE), else the
-    reference engine's (Exact, the tree solver, Banded, an AIS engine). Returns a
+    reference engine's (Exact, the tree solver, Banded, an AIS engine). What each engine says
+    of itself is in every row too: ``converged`` (its flag; None without one), ``mcse`` (its
+    largest standard error of a marginal), ``err_z`` (the largest ``|Δ⟨s_j⟩| / MCSE_j``),
+    ``log_z_z`` (``Δ log Z`` over the engines' combined SE) and ``warnings``; an engine's
+    failed checks, traced under the jit that compare runs it in, are raised here, once per
+    engine. Returns a
     :class:`Comparison`: the list of rows, with the reference's marginals as
     ``.reference`` and its log Z as ``.reference_log_z`` (``(value, se)``; NaN where none).
     """
@@ -169,6 +175,9 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         err = np.abs(mean - ref_mean)
         row = {"engine": name, "max_err": float(err.max()), "mean_err": float(err.mean()), "corr_err": math.nan,
                "kl": math.nan, "kl_floor": math.nan, "ess": math.nan, "wall_s": wall, "compile_s": max(first - wall, 0.0), "mean": mean}
+        row.update(_own_estimates(engine, out, err))
+        for category, message in row["warnings"]:  # raised under jit as traced flags: checked here, once per engine
+            warnings.warn(f"compare, {name}: {message}", category, stacklevel=2)
         say(f"[{i + 1}/{len(items)}] {name}: {wall:.2f} s (+ {row['compile_s']:.1f} s compile), max err {row['max_err']:.2e}")
         if out.corr is not None and ref_corr is not None and model.n > 1:
             off = ~np.eye(model.n, dtype=bool)
@@ -185,16 +194,37 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
             row["kl_floor"] = float(np.sum(qe[nze] * (np.log(qe[nze]) - logp[nze])))
         if isinstance(out.info, dict) and "ess" in out.info:
             row["ess"] = float(np.min(np.asarray(out.info["ess"])))
-        row.update(log_z=math.nan, log_z_err=math.nan, log_z_se=math.nan, log_z_kind="")
+        row.update(log_z=math.nan, log_z_err=math.nan, log_z_se=math.nan, log_z_kind="", log_z_z=math.nan)
         if out.log_z is not None:
             row.update(log_z=float(out.log_z), log_z_err=float(out.log_z) - ref_lz[0],
                        log_z_kind=str(out.info.get("log_z_kind", "")),
                        log_z_se=float(out.info["log_z_se"]) if "log_z_se" in out.info else math.nan)
+            se = math.hypot(row["log_z_se"], ref_lz[1]) if not math.isnan(row["log_z_se"]) else math.nan
+            row["log_z_z"] = row["log_z_err"] / se if se > 0 else math.nan
         rows.append(row)
     result = Comparison(rows, ref, ref_name, reason)
     result.reference_log_z = ref_lz
     result.n, result.beta = model.n, float(model.beta)  # for a plot's title
     return result
+
+
+def _own_estimates(engine, out: Marginals, err) -> dict:
+    """What the engine says of its own result: ``converged`` (every model's flag; None when the
+    engine has none), ``mcse`` (its largest standard error of a marginal), ``err_z`` (the largest
+    ``|Δ⟨s_j⟩| / MCSE_j``: the error in units of the engine's own estimate) and ``warnings``
+    (``[(category, message)]`` of its failed checks)."""
+    info = out.info if isinstance(out.info, dict) else {}
+    flag = info.get("converged")
+    converged = None if flag is None else bool(np.all(np.asarray(flag)))
+    mcse, err_z = math.nan, math.nan
+    if "mcse" in info:
+        se = np.asarray(info["mcse"], float)
+        mcse = float(np.nanmax(se)) if np.isfinite(se).any() else math.nan
+        ok = np.isfinite(se) & (se > 0)
+        if ok.any():
+            err_z = float(np.max(err[ok] / se[ok]))
+    checks = engine.failed_checks(info) if hasattr(engine, "failed_checks") else []
+    return {"converged": converged, "mcse": mcse, "err_z": err_z, "warnings": checks}
 
 
 class _TreeReference:
@@ -216,12 +246,22 @@ _COLS = [("engine", "engine", "{}"), ("max_err", "max err ⟨s⟩", "{:.2e}"), (
          ("corr_err", "max err ⟨ss⟩", "{:.2e}"), ("kl", "KL(samples‖p)", "{:.3g}"),
          ("kl_floor", "KL of exact draws", "{:.3g}"), ("ess", "min ESS", "{:.0f}"),
          ("log_z", "log Z", "{:.6g}"), ("log_z_err", "Δ log Z", "{:+.2e}"), ("log_z_se", "SE log Z", "{:.2e}"),
-         ("wall_s", "time (s)", "{:.3g}"), ("compile_s", "compile (s)", "{:.3g}")]
+         ("log_z_z", "Δ log Z/SE", "{:+.2g}"),
+         ("wall_s", "time (s)", "{:.3g}"), ("compile_s", "compile (s)", "{:.3g}"),
+         # what each engine says of itself: its convergence flag, its own error estimate, the error in its units
+         ("converged", "converged", "{}"), ("mcse", "max MCSE", "{:.2e}"), ("err_z", "max err/MCSE", "{:.2g}")]
 
 
 def format_table(rows: Sequence[dict], markdown: bool = True) -> str:
     """Rows of :func:`compare` as a markdown (or plain-text) table; '—' where not applicable."""
-    cell = lambda r, k, f: "—" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k])
+    def cell(r, k, f):
+        v = r.get(k, math.nan)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "—"
+        if isinstance(v, bool):
+            return "yes" if v else "NO"
+        return f.format(v)
+
     table = [[h for _, h, _ in _COLS]] + [[cell(r, k, f) for k, _, f in _COLS] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(_COLS)]

@@ -116,15 +116,23 @@ class Engine(eqx.Module):
         return (f"{type(self).__name__}: info[{flag!r}] is False for {bad} of {total} model(s); "
                 "their results are not trustworthy.")
 
-    def _warn(self, info: dict) -> None:
-        """One warning per flag of ``warn_flags`` that is False for some model, when concrete."""
+    def failed_checks(self, info: dict) -> list:
+        """``[(category, message)]``, one per flag of ``warn_flags`` that is False for some model of
+        ``info`` (concrete flags only: under ``jit`` they are traced, and checked after the call)."""
+        out = []
         for flag, category in self.warn_flags:
-            ok = info.get(flag)
+            ok = info.get(flag) if isinstance(info, dict) else None
             if ok is None or is_traced(ok):
                 continue
             ok = np.asarray(ok)
             if not ok.all():
-                warnings.warn(self._warning(flag, info, int((~ok).sum()), ok.size), category, stacklevel=5)  # the caller of marginals (each method call adds equinox's wrapper frame)
+                out.append((category, self._warning(flag, info, int((~ok).sum()), ok.size)))
+        return out
+
+    def _warn(self, info: dict) -> None:
+        """One warning per flag of ``warn_flags`` that is False for some model, when concrete."""
+        for category, message in self.failed_checks(info):
+            warnings.warn(message, category, stacklevel=5)  # the caller of marginals (each method call adds equinox's wrapper frame)
 
 
 class CausalBuckets(Engine):

@@ -233,3 +233,28 @@ def test_plot_draws_zero_error_on_the_floor_and_names_n_and_beta(tmp_path):
     assert not any(boxes[i].overlaps(boxes[j]) for i in range(len(boxes)) for j in range(i))
     plt.close(fig)
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_an_unconverged_sampler_shows_as_unconverged():
+    """A ±3 glass at β = 3 with a short Gibbs run: its chains do not mix (R-hat, computed by the
+    engine from its own draws, says so). compare's row says
+    converged = False, its table says NO, its error is counted in MCSEs, and the engine's
+    convergence warning, traced under compare's jit, is raised once."""
+    import warnings
+
+    from isingattn.inference import ConvergenceWarning, Gibbs
+
+    rng = np.random.default_rng(5)
+    n = 10
+    J = np.triu(rng.choice([-3.0, 3.0], size=(n, n)) * (rng.random((n, n)) < 0.5), 1)
+    model = IsingModel(rng.normal(size=n) * 0.1, J + J.T, beta=3.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = compare(model, {"gibbs": Gibbs(num_warmup=5, num_samples=20, num_chains=2)}, key=jax.random.PRNGKey(0))
+    (row,) = rows
+    assert row["converged"] is False and row["warnings"]
+    assert [w.category for w in caught if issubclass(w.category, ConvergenceWarning)] == [ConvergenceWarning]
+    assert "compare, gibbs:" in str(next(w.message for w in caught if issubclass(w.category, ConvergenceWarning)))
+    table = format_table(rows)
+    assert "| converged |" in table and "| NO |" in table
+    assert rows.reference_name == "exact" and row["max_err"] > 0.0
