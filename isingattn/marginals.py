@@ -34,6 +34,47 @@ class Marginals(eqx.Module):
     samples: Optional[jax.Array] = None
     info: dict[str, Any] = eqx.field(default_factory=dict)
 
+    def summary(self) -> str:
+        """What the engine says of this result, in a few lines (as numpyro's ``print_summary``
+        does for MCMC): the models ``converged`` (of how many), the ranges of split R-hat, ESS and
+        MCSE over spins, frozen spins, PT's swap and round-trip rates, AIS's weight ESS, population
+        annealing's effective families, ``log Z ± SE`` and the time taken (``info["wall_s"]``),
+        each where the engine reports it. Needs concrete values (outside ``jit``)."""
+        import numpy as np
+
+        info = self.info if isinstance(self.info, dict) else {}
+        batch = tuple(np.shape(self.mean)[:-1])
+        lines = [f"Marginals: {int(np.prod(batch)) if batch else 1} model(s) of {np.shape(self.mean)[-1]} spins"
+                 + (f", batch {batch}" if batch else "")]
+
+        def span(key, fmt="{:.3g}"):
+            v = np.asarray(info[key], float)
+            fin = v[np.isfinite(v)]
+            rng = f"{fmt.format(fin.min())} – {fmt.format(fin.max())}" if fin.size else "—"
+            bad = int(np.size(v) - fin.size)
+            return rng + (f" ({bad} undefined)" if bad else "")
+
+        if "converged" in info:
+            ok = np.asarray(info["converged"], bool)
+            lines.append(f"  converged        {int(ok.sum())} of {ok.size}" + ("" if ok.all() else "   <- NOT CONVERGED"))
+        for key, label in (("r_hat", "split R-hat"), ("ess", "ESS"), ("mcse", "MCSE of ⟨s⟩"),
+                           ("swap_rate", "swap rate"), ("round_trip_rate", "round trips"),
+                           ("weight_ess", "weight ESS"), ("families_eff", "families (eff.)")):
+            if key in info:
+                lines.append(f"  {label:<16} {span(key)}")
+        if "frozen" in info:
+            lines.append(f"  frozen spins     {int(np.asarray(info['frozen'], bool).sum())}")
+        if self.log_z is not None:
+            lz = np.asarray(self.log_z, float).ravel()
+            se = np.asarray(info["log_z_se"], float).ravel() if "log_z_se" in info else None
+            kind = f" ({info['log_z_kind']})" if "log_z_kind" in info else ""
+            shown = [f"{v:.6g}" + ("" if se is None else f" ± {e:.2g}") for v, e in
+                     zip(lz[:4], se[:4] if se is not None else [None] * 4)]
+            lines.append(f"  log Z{kind:<11} {', '.join(shown)}" + (" ..." if lz.size > 4 else ""))
+        if "wall_s" in info:
+            lines.append(f"  time             {float(info['wall_s']):.3g} s")
+        return "\n".join(lines)
+
 
 class Label(str):
     """A string entry of ``Marginals.info`` (e.g. ``info["log_z_kind"] == "exact"``). It is
