@@ -53,11 +53,19 @@ def saved_spec(meta: dict) -> dict:
     return spec
 
 
+# Engine settings that only bound what an engine accepts (it refuses beyond them), and so cannot
+# change a run that finished under them: a new default does not make committed runs another experiment.
+BOUNDS = ("max_n",)
+
+
 def spec_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields where two specs differ, e.g. ``['train.lr: 0.003 -> 0.01']``."""
+    """Dotted names of the fields where two specs differ, e.g. ``['train.lr: 0.003 -> 0.01']``
+    (an engine's :data:`BOUNDS` are not compared)."""
     out = []
     for k in sorted(set(saved) | set(wanted), key=str):
         a, b, name = saved.get(k, "<absent>"), wanted.get(k, "<absent>"), f"{prefix}{k}"
+        if k in BOUNDS and prefix.endswith("engine.config."):
+            continue
         if isinstance(a, dict) and isinstance(b, dict):
             out += spec_differences(a, b, name + ".")
         elif a != b:

@@ -402,7 +402,9 @@ def code_version() -> dict:
     commit = dirty = None
     if (root / "pyproject.toml").is_file() and (root / "isingattn" / "__init__.py").is_file():
         try:
-            git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=30)
+            # --no-optional-locks: a status that only reads never takes (or, killed, leaves) the index lock
+            git = lambda *a: subprocess.run(["git", "--no-optional-locks", "-C", str(root), *a], capture_output=True,
+                                            text=True, timeout=60)
             head = git("rev-parse", "HEAD")
             if head.returncode == 0:
                 commit = head.stdout.strip()

@@ -77,8 +77,10 @@ def test_masked_xent_matches_numpy():
 
 def test_mean_ci_and_paired_difference():
     m, h = mean_ci([1.0, 2.0, 3.0])
-    assert m == 2.0 and abs(h - 4.303 * 1.0 / np.sqrt(3)) < 1e-12
+    # t_{0.975, 2} = 0.95 / √(2·0.975·0.025) in closed form
+    assert m == 2.0 and abs(h - 0.95 / np.sqrt(2 * 0.975 * 0.025) * 1.0 / np.sqrt(3)) < 1e-12
     rows = summary_rows({"softmax": {0: 0.5, 1: 0.6}, "hJ": {0: 0.6, 1: 0.8}})
     hj = rows[1]
     assert abs(hj["diff_vs_softmax"] - 0.15) < 1e-12
-    assert abs(hj["diff_ci95"] - 12.706 * np.std([0.1, 0.2], ddof=1) / np.sqrt(2)) < 1e-12
+    # t_{0.975, 1} = tan(0.475π) (Cauchy)
+    assert abs(hj["diff_ci95"] - np.tan(0.475 * np.pi) * np.std([0.1, 0.2], ddof=1) / np.sqrt(2)) < 1e-12

@@ -305,6 +305,6 @@ def test_one_exact_size_limit_is_quoted_everywhere():
     root = pathlib.Path(__file__).resolve().parents[3]
     assert Exact().max_n == EXACT_MAX_N and cmp.EXACT_MAX_N is EXACT_MAX_N and ml.MAX_LOG2_COST == EXACT_MAX_N
     assert ml.exact_engine(EXACT_MAX_N) is not None and ml.exact_engine(EXACT_MAX_N + 1, J=np.ones((25, 25))) is None
-    for doc in ("README.md", "docs/engines.md"):
-        row = next(line for line in (root / doc).read_text().splitlines() if line.startswith("| `Exact()`"))
+    for doc, start in (("README.md", "| `from isingattn.inference import Exact`"), ("docs/engines.md", "| `Exact()`")):
+        row = next(line for line in (root / doc).read_text().splitlines() if line.startswith(start))
         assert f"n ≤ {EXACT_MAX_N}" in row and "~" not in row, (doc, row)
