@@ -55,7 +55,9 @@ class FitResult(NamedTuple):
 
     * ``method``, ``iterations``, ``grad_norm`` (the final gradient's largest entry; for
       exact and PCD in moment units, i.e. divided by β), ``converged``, ``status``,
-      ``wall_time`` (seconds, compilation included);
+      ``wall_time`` (seconds, compilation included); a fit judged on its moments to have
+      missed them has ``status`` ``"moments missed"`` and its optimizer's own status in
+      ``optimizer_status``;
     * ``moment_error``: ``max |⟨φ⟩_model - ⟨φ⟩_data|`` over the means and the pattern's pair
       moments, exact where an exact engine is cheap (``moment_error_kind == "exact"``), the
       chains' estimate for PCD beyond that, else None; ``moment_tol``, the largest moment
@@ -210,6 +212,7 @@ def _judge(info: dict, method: str, moment_tol: Optional[float], beta: float, l1
     if method in ("exact", "pcd") or gaps["exact model"] is None:
         missed = {("model" if k == "exact model" else k): v for k, v in missed.items()}
     info["converged"] = False
+    info["optimizer_status"], info["status"] = info.get("status"), "moments missed"
     what = "; ".join(f"the {k}'s moments are off by up to {v:.3g}" for k, v in missed.items())
     hint = {"exact": "lower l2 or l1 (at small β the penalty outweighs the data), or raise max_iter",
             "plm": "lower l2 or l1, or the data are too few for pseudo-likelihood: try method=\"exact\" or \"pcd\"",
