@@ -339,9 +339,9 @@ def torus_heat_capacity(rows: int, cols: int, K) -> jax.Array:
 
     ``c`` is a small remainder of larger terms at both ends (``c ≈ 2K²`` as ``K → 0``,
     ``∝ K² e^{−8K}`` as ``K → ∞``), so it comes from the series there (see
-    :func:`torus_log_z`): in float64 it is good to ~1e-10 relative for ``K ≤ 2``, and ~1e-8
-    above (the series' truncation, ``~e^{−8K}`` relative, peaks near its threshold); in
-    float32 to ~2e-3. Never negative."""
+    :func:`torus_log_z`): in float64 it is good to ~1e-10 relative for ``K ≤ 2``, and to
+    ~5e-8 above (the series' truncation, ``~e^{−8K}`` relative, peaks just beyond its threshold
+    on the smallest tori); in float32 to ~2e-3. Never negative."""
     m, n = _sides(rows, cols)
     return _evaluate(functools.partial(_dlog_z, 2, m, n), K, lambda k, d: _nonnegative(k**2 * d / (m * n)))
 
