@@ -61,10 +61,10 @@ class FitResult(NamedTuple):
     * ``moment_error``: ``max |⟨φ⟩_model - ⟨φ⟩_data|`` over the means and the pattern's pair
       moments, exact where an exact engine is cheap (``moment_error_kind == "exact"``), the
       chains' estimate for PCD beyond that, else None; ``moment_tol``, the largest moment
-      error with which a fit counts as converged (:func:`fit`'s ``moment_tol``);
+      error with which a fit counts as converged (``fit``'s ``moment_tol``);
       for mf/tap also ``approximation_moment_error``: the same gap for the moments of the
       approximation itself (its self-consistent means and linear-response pair moments,
-      :func:`isingattn.learn.mf_inverse.approximation_moments`);
+      ``isingattn.learn.mf_inverse.approximation_moments``);
     * the data: ``n``, ``num_samples``, ``total_weight``, ``num_couplings`` (E),
       ``constant_spins``; the settings ``beta``, ``l1``, ``l2``, ``tol``, ``dtype``;
     * the method's own diagnostics (the objective, ``pseudo_log_likelihood`` (PLM),
@@ -115,11 +115,11 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
         moment_tol: the largest moment error (``info["moment_error"]``, and for mf/tap
             ``info["approximation_moment_error"]``) with which the fit counts as converged. A fit
             whose model misses the data's moments by more is returned with
-            ``converged=False`` and a :class:`~isingattn.engine.ConvergenceWarning` that says by
+            ``converged=False`` and a :class:`~isingattn.inference.ConvergenceWarning` that says by
             how much (e.g. a penalty that outweighs the data at small ``β``, or a closed form
             whose approximation does not hold). Default: exact ``tol`` plus the penalties' pull
             on the moments at the solution, ``max |2 l2 θ| / β + l1 / β``, counted only up to
-            0.05 (beyond that the penalty, not the data, sets the model); pcd ``tol``; plm, mf and tap 0.05 (:data:`APPROX_MOMENT_TOL`: their estimators
+            0.05 (beyond that the penalty, not the data, sets the model); pcd ``tol``; plm, mf and tap 0.05 (``APPROX_MOMENT_TOL``: their estimators
             do not solve the moment equations). Where no moment error is computed (no cheap
             exact engine) plm and pcd are judged by their own criteria only; mf and tap
             always by the approximation's moments.
