@@ -92,6 +92,19 @@ def test_out_is_checked_before_the_fit(folder, tmp_path, capsys):
     assert "holds other entries" in capsys.readouterr().err and (out / "notes.txt").read_text() == "mine"
 
 
+def test_orphans_of_a_killed_run_are_swept_by_the_next(folder, tmp_path):
+    """What a SIGKILL leaves (a temporary file inside --out from the old per-file writes, a
+    half-written set folder beside it) is removed by the next run, which then succeeds."""
+    out = tmp_path / "out"
+    assert run(["fit", str(folder / "d.npy"), "--method", "mf", "--out", str(out)]) == 0
+    (out / ".isingattn-model.bqm.abc123.tmp").write_bytes(b"partial")
+    stale = tmp_path / ".isingattn-out.new.xyz.tmp"
+    stale.mkdir()
+    (stale / "model.npz").write_bytes(b"partial")
+    assert run(["fit", str(folder / "d.npy"), "--method", "tap", "--out", str(out)]) == 0
+    assert _which_set(out) == "tap" and _leftovers(out) == []
+
+
 @pytest.mark.parametrize("argv, words", [
     (["fit", "{d}/d.npy", "--method", "pcd", "--seed", "99999999999999999999"], ["--seed", "2^63 - 1"]),
     (["compare", "--graph", "lattice:3x3", "--engines", "gibbs", "--seed", "99999999999999999999"], ["--seed"]),
