@@ -22,9 +22,18 @@ def single(model, index):
                 f"this model is batched (batch shape {batch}); pass index=... to pick one, e.g. index={(0,) * len(batch)}."
             )
         index = ()
-    index = (index,) if isinstance(index, (int, np.integer)) else tuple(index)
+    given = index
+    try:
+        index = (index,) if isinstance(index, (int, np.integer)) else tuple(index)
+    except TypeError:
+        index = None
+    if index is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in index):
+        raise IsingTypeError(f"index must be an integer or a tuple of integers, one per batch axis of {batch}; got "
+                             f"{given!r}.")
     if len(index) != len(batch):
         raise IsingInputError(f"index must have {len(batch)} entries for batch shape {batch}; got {index}.")
+    if any(not -b <= i < b for i, b in zip(index, batch)):
+        raise IsingInputError(f"index {index} is out of range for batch shape {batch} (each entry in [-size, size)).")
     act = model.active()
     full = lambda x, tail: np.broadcast_to(np.asarray(x, dtype=np.float64 if x.dtype != bool else bool), batch + tail)[index]
     h = full(model.h, (model.n,))

@@ -113,7 +113,11 @@ class IsingDistribution(Distribution):
         sampler: keyword only; a sampling engine for :meth:`sample` where no exact sampler
             applies (the draws are then approximate, and a ``UserWarning`` says so).
         validate_args: numpyro's flag. Values given to :meth:`log_prob` are always checked
-            when concrete (shape ``[..., n]``, values ±1).
+            when concrete (shape ``[..., n]``, values ±1; ``IsingInputError`` otherwise). Traced
+            values (under ``jax.jit``, ``vmap``, ``grad``) cannot be read, so, as in numpyro,
+            ``validate_args=True`` turns the log-probability of a value outside ``{-1, +1}^n``
+            into ``-inf``; without it a traced value is not checked, and a non-spin value gives
+            the energy formula's number, which is not a log-probability.
 
     Shapes: ``event_shape = (n,)``; ``batch_shape`` is the broadcast of the batch axes of
     ``h``, ``J`` and ``mask``. ``log_prob(s)``: ``s [..., n]`` -> ``[...]``.
@@ -221,9 +225,14 @@ class IsingDistribution(Distribution):
         s = _checked_spins(value, m.n, self.batch_shape, m.dtype, "IsingDistribution.log_prob")
         log_z = self._marginals("log_prob").log_z
         act = m.active()
+        on_support = None
+        if self._validate_args and is_traced(s):  # numpyro's validate_sample: off the support, -inf
+            spin = (s == 1) | (s == -1)
+            on_support = jnp.all(spin if act is None else spin | ~act, axis=-1)
         if act is not None:  # inactive spins do not contribute, whatever their value
             s = jnp.where(act, s, 0.0)
-        return -m.beta * energy(m.h, m.J, s) - log_z
+        lp = -m.beta * energy(m.h, m.J, s) - log_z
+        return lp if on_support is None else jnp.where(on_support, lp, -jnp.inf)
 
     # ---- sampling -----------------------------------------------------------------------------
     def sample(self, key, sample_shape=()) -> jax.Array:
@@ -234,7 +243,7 @@ class IsingDistribution(Distribution):
         the number asked), else ``IsingInputError``."""
         from isingattn.inference.banded.ffbs import MAX_SAMPLE_BANDWIDTH, sample_banded
 
-        sample_shape = tuple(int(d) for d in sample_shape)
+        sample_shape = _sample_shape(sample_shape)
         S = math.prod(sample_shape)
         m, n = self.model, self.model.n
         shape = sample_shape + self.batch_shape + (n,)
@@ -289,6 +298,18 @@ class IsingDistribution(Distribution):
                                   "part of the event); build the distribution on the active spins only.")
         table = spin_table(n, self.model.dtype).reshape((2**n,) + (1,) * len(self.batch_shape) + (n,))
         return jnp.broadcast_to(table, (2**n,) + tuple(self.batch_shape) + (n,)) if expand else table
+
+
+def _sample_shape(shape) -> tuple:
+    """numpyro's ``sample_shape``: a tuple (or list) of non-negative integers, checked."""
+    ok = isinstance(shape, (tuple, list)) and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                                                  for d in shape)
+    if ok and any(d < 0 for d in shape):
+        raise IsingInputError(f"IsingDistribution.sample: sample_shape must hold non-negative sizes; got {shape!r}.")
+    if not ok:
+        raise IsingTypeError(f"IsingDistribution.sample: sample_shape must be a tuple of non-negative integers, e.g. "
+                             f"(3,) for three draws (numpyro's convention); got {shape!r}.")
+    return tuple(int(d) for d in shape)
 
 
 def _as_engine(engine, what: str, J, w: Optional[int]) -> Optional[Engine]:

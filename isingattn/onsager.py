@@ -15,9 +15,12 @@ coupling ``K = βJ`` (``J = 1``, so ``K = β``); energies are in units of ``J`` 
 
 All functions are JAX, vectorized over ``K`` (any shape), jit-friendly (``rows`` and
 ``cols`` are static Python ints) and differentiable in ``K``. They compute in the default
-float type: float64 needs ``jax.config.update("jax_enable_x64", True)``. In float32 ``ln Z`` is
-good to ~3e-7 relative, but the heat capacities, small remainders of larger terms, can be off
-by percents far from ``K_C``: use float64 for references. ``K`` must be finite and positive (the
+float type: float64 needs ``jax.config.update("jax_enable_x64", True)``. Far from ``K_C``, where
+the closed forms lose their derivatives to rounding (and, in float32, overflow), the high- and
+low-temperature series take over, matched at a threshold; so every value is finite for any
+``K > 0`` and any size, the energy per spin stays in ``[−2, 0]`` and heat capacities ``≥ 0``.
+In float32 ``ln Z`` is good to ~3e-7 relative, but the heat capacities, small remainders of
+larger terms, to ~1e-3 at worst: use float64 for references. ``K`` must be finite and positive (the
 ferromagnet); bad input raises :class:`~isingattn.errors.IsingInputError` (eagerly when
 ``K`` is concrete, through ``equinox.error_if`` under ``jit``).
 """
@@ -45,6 +48,21 @@ _AGM_STEPS = 40  # the AGM converges quadratically: ~15 steps even for k' = 1e-3
 
 
 # ---- input checks ------------------------------------------------------------------------------
+
+_MAX_SHORT_SIDE = 2**24  # the product over the shorter side is a loop of that many steps
+
+
+def _sides(rows, cols):
+    """``(m, n)``: ``m`` the longer side as a float (any size: ``N = m n`` never meets an
+    integer's range), ``n`` the shorter, the loop's trip count (``Z`` is symmetric in the sides)."""
+    rows, cols = _side("rows", rows), _side("cols", cols)
+    m, n = max(rows, cols), min(rows, cols)
+    if n > _MAX_SHORT_SIDE:
+        raise IsingInputError(f"torus sides {rows} × {cols}: the shorter side is above {_MAX_SHORT_SIDE} (Kaufman's "
+                              "products run over it); at that size use onsager_log_z_per_spin, the infinite lattice, "
+                              "times N.")
+    return float(m), n
+
 
 def _side(name: str, v) -> int:
     if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 3):
@@ -92,12 +110,95 @@ def _evaluate(fn, K, post=None) -> jax.Array:
     return jnp.asarray(out[:size].reshape(shape))
 
 
+def _energy_bounds(u):
+    """The ferromagnet's energy per spin lies in ``[−2, 0]``: rounding is not let out of it."""
+    xp = jnp if isinstance(u, jax.Array) else np
+    return xp.where(u < -2.0, -2.0, xp.where(u > 0.0, 0.0, u))  # where, not clip: full gradient at a tie
+
+
+def _nonnegative(c):
+    """A heat capacity is a variance: rounding is not let below 0 (``+inf`` at ``K_C`` stays)."""
+    xp = jnp if isinstance(c, jax.Array) else np
+    return xp.where(c < 0.0, 0.0, c)
+
+
 def _bucket(size: int) -> int:
     """Padded length: a power of two, at least 8 (scalars and short grids share one program)."""
     return max(8, 1 << max(size - 1, 0).bit_length())
 
 
 # ---- finite torus (Kaufman 1949) -------------------------------------------------------------
+
+# Beyond these couplings the closed forms lose the derivatives (the heat capacity is a small
+# remainder of terms of size N K or N ln K) and, in float32, overflow (sinh 2K): there the
+# high- and low-temperature series take over (_series_low_K, _series_high_K), matched to the
+# closed form at the threshold. Chosen where the series' truncation error and the closed
+# form's rounding error cross (checked against enumeration in the tests).
+_TORUS_SERIES_K = {4: (0.01, 1.5), 8: (3e-4, 2.5)}  # (below, above) by the float's size in bytes
+_ONSAGER_SERIES_K = {4: (0.1, 1.0), 8: (0.01, 3.0)}
+
+
+def _clamp(K, lo, hi):
+    """``K`` limited to ``[lo, hi]`` with the whole derivative inside, none outside (``jnp.clip``
+    splits it at a tie, which the derivatives at a threshold would inherit)."""
+    return jnp.where(K < lo, lo, jnp.where(K > hi, hi, K))
+
+
+def _log_cosh(K):
+    """``ln cosh K = −½ ln(1 − tanh² K)``, accurate (with its derivatives) as ``K → 0``."""
+    return -0.5 * jnp.log1p(-jnp.tanh(K) ** 2)
+
+
+def _series_low_K(m, n, K):
+    """High-temperature series of the ``m × n`` torus (``t = tanh K``):
+    ``ln Z = N ln 2 + 2N ln cosh K + r_3 t³ + (N + r_4) t⁴ + O(t⁵)``, with ``r_k`` the rings of
+    length ``k`` that wrap a side of ``k`` (a closed graph of ``k`` bonds) and ``N`` plaquettes."""
+    t = jnp.tanh(K)
+    N = m * n
+    r3 = jnp.where(n == 3, m, 0.0) + jnp.where(m == 3, n, 0.0)
+    r4 = jnp.where(n == 4, m, 0.0) + jnp.where(m == 4, n, 0.0)
+    return N * math.log(2.0) + 2.0 * N * _log_cosh(K) + r3 * t**3 + (N + r4) * t**4
+
+
+def _log_cosh_any(x):
+    """``ln cosh x`` for any ``x ≥ 0``, accurate at both ends (and finite in every branch)."""
+    small = x < 1.0
+    xs = jnp.where(small, x, 0.0)
+    xl = jnp.where(small, 1.0, x)
+    return jnp.where(small, _log_cosh(xs), xl + jnp.log1p(jnp.exp(-2.0 * xl)) - math.log(2.0))
+
+
+def _walls(length, side, K):
+    """``ln`` of the gas of domain walls across a side of ``side`` spins (each ``side`` broken
+    bonds, ``y = e^{−2 side K}``) along a periodic ``length``: walls come in pairs, so
+    ``ln[((1 + y)^L + (1 − y)^L) / 2] = (L/2) ln(1 − y²) + ln cosh(L atanh y)``. It is ``C(L, 2) y²``
+    for a short torus and grows like ``L y`` along a long thin one, where no fixed series holds."""
+    y = jnp.exp(-2.0 * side * K)
+    return 0.5 * length * jnp.log1p(-y * y) + _log_cosh_any(length * jnp.arctanh(y))
+
+
+def _series_high_K(m, n, K):
+    """Low-temperature series of the ``m × n`` torus (``u = e^{−4K}``): ``ln Z = ln 2 + 2NK +
+    N u² + 2N u³ + walls + O(u⁴)``: the two ground states, one flipped spin (4 broken bonds,
+    ``N`` ways), two neighbours (6 bonds, ``2N``), and domain walls across each side
+    (:func:`_walls`: ``u³`` terms on a side of 3, and the whole answer on a long thin torus)."""
+    u = jnp.exp(-4.0 * K)
+    N = m * n
+    return (math.log(2.0) + 2.0 * N * K + N * u**2 + 2.0 * N * u**3 + _walls(m, n, K) + _walls(n, m, K))
+
+
+def _torus_log_z_matched(m, n, K):
+    """:func:`_torus_log_z` between the series thresholds, continued by the series beyond
+    (``ln Z(K) = ln Z(K₀) + S(K) − S(K₀)``, ``K₀`` the threshold), so every value and
+    derivative stays finite and accurate for any ``K > 0``."""
+    lo, hi = _TORUS_SERIES_K[jnp.dtype(K.dtype).itemsize]
+    mf, nf = jnp.asarray(m, K.dtype), jnp.asarray(n, K.dtype)
+    k0 = _clamp(K, lo, hi)  # the closed form only ever sees a K where it is accurate
+    below = jnp.where(K < lo, K, lo)
+    above = jnp.where(K > hi, K, hi)
+    return (_torus_log_z(m, n, k0) + _series_low_K(mf, nf, below) - _series_low_K(mf, nf, jnp.full_like(K, lo))
+            + _series_high_K(mf, nf, above) - _series_high_K(mf, nf, jnp.full_like(K, hi)))
+
 
 def _torus_log_z(m, n, K):
     """ln Z of the ``m × n`` torus (see :func:`torus_log_z`; ``K`` checked). ``m``, ``n`` may be
@@ -175,7 +276,7 @@ def _taylor(f, K, order: int) -> list:
 def _log_z_taylor(order: int, m, n, K) -> list:
     """``ln Z`` and its first ``order`` K-derivatives: one compiled program for all of them and
     for every size (the compile costs far more than running it)."""
-    return _taylor(functools.partial(_torus_log_z, m, n), K, order)
+    return _taylor(functools.partial(_torus_log_z_matched, m, n), K, order)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -202,8 +303,13 @@ def torus_log_z(rows: int, cols: int, K) -> jax.Array:
         Z = ½ (2 sinh 2K)^{N/2} [Π_r 2cosh(mγ_{2r+1}/2) + Π_r 2sinh(mγ_{2r+1}/2)
                                  + Π_r 2cosh(mγ_{2r}/2)   + Π_r 2sinh(mγ_{2r}/2)],  r = 0..n−1.
 
-    Evaluated in log space (stable for any size and ``K``; O(n) work per ``K``; one compiled
-    program for all sizes). It is the partition function of ``IsingModel(0, J, beta=K)`` with
+    Evaluated in log space (O(min(rows, cols)) work per ``K``; one compiled program for all
+    sizes; the sides may be as large as you like, the shorter up to 2^24). Beyond
+    ``0.01 ≤ K ≤ 1.5`` (float32) or ``3e-4 ≤ K ≤ 2.5`` (float64) it is continued by the high-
+    temperature series (``t = tanh K``, to ``t⁴``, with the rings around a side of 3 or 4) or the
+    low-temperature one (``u = e^{−4K}``, to ``u³``, with the gas of domain walls across each
+    side, which a long thin torus needs), matched to the closed form there: finite and
+    differentiable for every ``K > 0``. It is the partition function of ``IsingModel(0, J, beta=K)`` with
     ``J`` the unit couplings of ``graphs.lattice((rows, cols), periodic=True)``. Above ``K_C``
     it includes both ordered phases: ``ln Z − N(−βf) → ln 2`` (see :func:`onsager_log_z_per_spin`).
 
@@ -214,16 +320,16 @@ def torus_log_z(rows: int, cols: int, K) -> jax.Array:
     Returns:
         ``[...]``: ``ln Z`` (total, not per spin).
     """
-    rows, cols = _side("rows", rows), _side("cols", cols)
-    return _evaluate(functools.partial(_dlog_z, 0, rows, cols), K)
+    m, n = _sides(rows, cols)
+    return _evaluate(functools.partial(_dlog_z, 0, m, n), K)
 
 
 def torus_energy(rows: int, cols: int, K) -> jax.Array:
     """Mean energy per spin of the ``rows × cols`` torus, ``u = ⟨E⟩/N = −(1/N) ∂ln Z/∂K``
     (in units of ``J``; :func:`torus_log_z` differentiated in forward mode).
     ``K``: ``[...]`` → ``[...]``."""
-    rows, cols = _side("rows", rows), _side("cols", cols)
-    return _evaluate(functools.partial(_dlog_z, 1, rows, cols), K, lambda k, d: -d / (rows * cols))
+    m, n = _sides(rows, cols)
+    return _evaluate(functools.partial(_dlog_z, 1, m, n), K, lambda k, d: _energy_bounds(-d / (m * n)))
 
 
 def torus_heat_capacity(rows: int, cols: int, K) -> jax.Array:
@@ -232,11 +338,12 @@ def torus_heat_capacity(rows: int, cols: int, K) -> jax.Array:
     ``K``: ``[...]`` → ``[...]``.
 
     ``c`` is a small remainder of larger terms at both ends (``c ≈ 2K²`` as ``K → 0``,
-    ``∝ K² e^{−8K}`` as ``K → ∞``): in float64 it is good to ~1e-12 relative for
-    ``0.01 ≤ K ≤ 2``, degrading as ~1e-16/K² below (5e-9 at ``K = 1e-4``) and as ~1e-16 e^{6K}
-    above (~1e-9 at ``K = 2.5``, ~5e-8 at ``K = 3``)."""
-    rows, cols = _side("rows", rows), _side("cols", cols)
-    return _evaluate(functools.partial(_dlog_z, 2, rows, cols), K, lambda k, d: k**2 * d / (rows * cols))
+    ``∝ K² e^{−8K}`` as ``K → ∞``), so it comes from the series there (see
+    :func:`torus_log_z`): in float64 it is good to ~1e-10 relative for ``K ≤ 2``, and to
+    ~5e-8 above (the series' truncation, ``~e^{−8K}`` relative, peaks just beyond its threshold
+    on the smallest tori); in float32 to ~2e-3. Never negative."""
+    m, n = _sides(rows, cols)
+    return _evaluate(functools.partial(_dlog_z, 2, m, n), K, lambda k, d: _nonnegative(k**2 * d / (m * n)))
 
 
 # ---- infinite lattice (Onsager 1944, Yang 1952) ----------------------------------------------
@@ -255,7 +362,11 @@ def onsager_log_z_per_spin(K) -> jax.Array:
     the ``N → ∞`` limit of :func:`torus_log_z`. ``γ(θ) ≈ √(a² + θ²)`` near ``θ = 0`` with
     ``a → 0`` at ``K_C`` (the origin of the ``(K − K_C)² ln|K − K_C|`` singularity), so a plain
     rule converges slowly there; the substitution ``θ = a sinh t`` unfolds that scale and
-    256-node Gauss–Legendre in ``t`` is accurate to ~1e-14 at every ``K``.
+    256-node Gauss–Legendre in ``t`` is accurate to ~1e-14 at every ``K``. Below ``K = 0.01``
+    and above ``K = 3`` (float32: 0.1 and 1) the series ``ln 2 + 2 ln cosh K + t⁴ + 2t⁶ + (9/2)t⁸``
+    (``t = tanh K``) and ``2K + u² + 2u³ + (9/2)u⁴`` (``u = e^{−4K}``) take over, as they do for
+    :func:`onsager_energy` and :func:`onsager_heat_capacity` (the closed forms' derivatives are lost
+    to rounding there: ``u`` left ``[−2, 0]`` and ``c`` went negative).
     On the ``L × L`` torus, ``ln Z − N(−βf)`` goes to 0 below ``K_C`` and to ``ln 2`` (the two
     ordered phases) above it, both exponentially fast in ``L``; at ``K_C`` it stays ≈ 0.6399.
     ``K``: ``[...]`` → ``[...]``.
@@ -263,8 +374,40 @@ def onsager_log_z_per_spin(K) -> jax.Array:
     return _evaluate(_onsager_log_z, K)
 
 
-@jax.jit
-def _onsager_log_z(K):
+def _phi_low_K(K):
+    """High-temperature series of ``−βf`` (``t = tanh K``): ``ln 2 + 2 ln cosh K + t⁴ + 2t⁶ +
+    (9/2) t⁸ + O(t¹⁰)`` (closed polygons per site: 1 of 4 bonds, 2 of 6, 7 of 8, less the
+    disjoint pairs of squares counted by the logarithm)."""
+    t = jnp.tanh(K)
+    return math.log(2.0) + 2.0 * _log_cosh(K) + t**4 + 2.0 * t**6 + 4.5 * t**8
+
+
+def _phi_high_K(K):
+    """Low-temperature series of ``−βf`` (``u = e^{−4K}``): ``2K + u² + 2u³ + (9/2) u⁴ + O(u⁵)``
+    (the same coefficients as above: the lattice is self-dual)."""
+    u = jnp.exp(-4.0 * K)
+    return 2.0 * K + u**2 + 2.0 * u**3 + 4.5 * u**4
+
+
+def _onsager_matched(formula, order: int):
+    """``formula(K)`` (``order`` 0: ``−βf``, 1: ``u``, 2: ``c``) between the series
+    thresholds, the series beyond them; each piece sees only arguments where it is finite."""
+    def fn(K):
+        lo, hi = _ONSAGER_SERIES_K[jnp.dtype(K.dtype).itemsize]
+        mid = formula(_clamp(K, lo, hi))
+
+        def series(phi, k):
+            d = _taylor(phi, k, order)[order]
+            return d if order == 0 else -d if order == 1 else k**2 * d
+
+        low = series(_phi_low_K, jnp.where(K < lo, K, lo))
+        high = series(_phi_high_K, jnp.where(K > hi, K, hi))
+        return jnp.where(K < lo, low, jnp.where(K > hi, high, mid))
+
+    return jax.jit(fn)
+
+
+def _onsager_log_z_formula(K):
     Kx = K[..., None]
     s = jnp.sinh(2.0 * Kx)
     A = (s - 1.0) ** 2 / s
@@ -278,6 +421,9 @@ def _onsager_log_z(K):
     gam = 2.0 * jnp.arcsinh(jnp.sqrt(0.5 * A + jnp.sin(0.5 * theta) ** 2))
     integral = T[..., 0] * jnp.sum(w * gam * a * jnp.cosh(t), -1)
     return 0.5 * jnp.log(2.0 * jnp.sinh(2.0 * K)) + integral / (2.0 * np.pi)
+
+
+_onsager_log_z = _onsager_matched(_onsager_log_z_formula, 0)
 
 
 def _elliptic_K(kp, k2, one_minus_kp):
@@ -317,14 +463,16 @@ def onsager_energy(K) -> jax.Array:
     ``ellipk(m)`` takes ``m = k²``). Continuous at ``K_C`` (``u = −√2``), where ``K₁`` diverges
     logarithmically and its prefactor vanishes. ``K``: ``[...]`` → ``[...]``.
     """
-    return _evaluate(_onsager_energy, K)
+    return _evaluate(_onsager_energy, K, lambda k, u: _energy_bounds(u))
 
 
-@jax.jit
-def _onsager_energy(K):
+def _onsager_energy_formula(K):
     _, kappa, K1, _ = _onsager_parts(K)
     # kappa·K1 → 0 at K_C: the AGM of (1, 0) stays finite after _AGM_STEPS steps, so no 0·∞ here.
     return -(1.0 / jnp.tanh(2.0 * K)) * (1.0 + (2.0 / np.pi) * kappa * K1)
+
+
+_onsager_energy = _onsager_matched(_onsager_energy_formula, 1)
 
 
 def onsager_heat_capacity(K) -> jax.Array:
@@ -335,15 +483,17 @@ def onsager_heat_capacity(K) -> jax.Array:
     ``E₁`` the complete elliptic integral of the second kind. It diverges logarithmically at
     ``K_C``, ``c ≈ −(8K_C²/π) ln|1 − K/K_C|``; ``+inf`` exactly there. ``K``: ``[...]`` → ``[...]``.
     """
-    return _evaluate(_onsager_heat_capacity, K)
+    return _evaluate(_onsager_heat_capacity, K, lambda k, c: _nonnegative(c))
 
 
-@jax.jit
-def _onsager_heat_capacity(K):
+def _onsager_heat_capacity_formula(K):
     s, kappa, K1, K_minus_E = _onsager_parts(K)
     sech2 = 1.0 / (1.0 + s**2)  # 1 − tanh² 2K
     c = (4.0 / np.pi) * (K / jnp.tanh(2.0 * K)) ** 2 * (K_minus_E - sech2 * (0.5 * np.pi + kappa * K1))
     return jnp.where(kappa == 0, jnp.inf, c)
+
+
+_onsager_heat_capacity = _onsager_matched(_onsager_heat_capacity_formula, 2)
 
 
 def yang_magnetization(K) -> jax.Array:

@@ -26,7 +26,7 @@ import numpy as np
 
 from isingattn import atomic
 from isingattn.energy import energy
-from isingattn.errors import IsingInputError
+from isingattn.errors import IsingInputError, IsingTypeError
 from isingattn.model import IsingModel
 
 QUANTITIES = ("log_z", "free_energy", "energy", "heat_capacity", "abs_magnetization", "susceptibility")
@@ -106,16 +106,27 @@ def scan(model: IsingModel, engine, betas: Sequence[float], *, key: Optional[jax
     β ``i`` gets ``fold_in(key, i)``. Returns a :class:`Scan`."""
     from isingattn.engine import get
 
+    from isingattn.engine import Engine
+
     engine = get(engine) if isinstance(engine, str) else engine
+    if not isinstance(engine, Engine):
+        raise IsingTypeError(f"thermo.scan: engine must be an Engine or a registry name such as 'exact'; got "
+                             f"{type(engine).__name__} {engine!r}.")
     if not isinstance(model, IsingModel) or model.batch_shape:
         raise IsingInputError("thermo.scan takes one unbatched IsingModel; index a batched model first.")
-    betas = np.asarray(betas, np.float64).reshape(-1)
+    try:
+        betas = np.asarray(betas, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise IsingInputError(f"betas must be a non-empty list of finite β > 0; got {betas!r}.") from None
     if betas.size == 0 or not np.all(np.isfinite(betas)) or np.any(betas <= 0):
         raise IsingInputError(f"betas must be a non-empty list of finite β > 0; got {betas.tolist()!r}.")
     if engine.needs_key and key is None:
         raise IsingInputError(f"{type(engine).__name__} samples: pass key=jax.random.key(0) to thermo.scan.")
     act = model.active()
     n = model.n if act is None else int(np.sum(np.asarray(act)))
+    if n == 0:
+        raise IsingInputError("thermo.scan: the model has no active spin (its mask is all False), so there are no "
+                              "per-spin quantities to compute.")
     rows = {q: np.full(len(betas), np.nan) for q in QUANTITIES}
     ses = {q: np.full(len(betas), np.nan) for q in QUANTITIES}
     from isingattn.progress import bar

@@ -65,6 +65,7 @@ from isingattn.sparse import SparseCouplings
 
 SPACINGS = ("linear", "quadratic")
 TRANSITIONS = ("gibbs", "swendsen-wang")
+MIN_WEIGHT_ESS = 10  # effective chains below which the weights vouch for nothing (the ESS is always ≥ 1)
 
 
 def beta_fractions(num_temps: int, spacing: str = "linear") -> np.ndarray:
@@ -183,9 +184,10 @@ class AIS(ColouredSweep):
     * ``samples [*batch, num_chains, n]``: the final states (weighted: see ``info["weights"]``);
     * ``info["weights"] [*batch, C]`` (normalized), ``info["weight_ess"] [*batch]``,
       ``info["energy"] [*batch, C, 1]`` (the energy of each chain's one kept draw) and
-      ``info["converged"] [*batch]``: ``weight_ess ≥ num_chains / 10``, a heuristic that
-      the weights are not dominated by a few chains (and, with Swendsen–Wang, that no
-      coupling is negative).
+      ``info["converged"] [*batch]``: ``weight_ess ≥ max(num_chains / 10, 10)``, a heuristic
+      that the weights are not dominated by a few chains (and, with Swendsen–Wang, that no
+      coupling is negative). The ESS is at least 1 whatever the weights, so fewer than 10
+      effective chains never count: with ``num_chains < 10`` the run is never converged.
     """
 
     num_chains: int = eqx.field(static=True, default=256, converter=V.plain)
@@ -245,7 +247,7 @@ class AIS(ColouredSweep):
         ess = 1.0 / sum_p2
         se = jnp.sqrt(jnp.maximum(sum_p2 - 1.0 / C, 0.0) * C / (C - 1))
         info = {"log_z_kind": Label("estimate"), "log_z_se": se, "weight_ess": ess, "weights": p,
-                "energy": jnp.moveaxis(E, 0, -1)[..., None], "converged": ess >= C / 10}
+                "energy": jnp.moveaxis(E, 0, -1)[..., None], "converged": ess >= max(C / 10, MIN_WEIGHT_ESS)}
         if self.transition == "swendsen-wang":
             info["negative_couplings"] = jnp.broadcast_to(_negative(J), batch)
             info["converged"] = info["converged"] & (info["negative_couplings"] == 0)
@@ -257,6 +259,8 @@ class AIS(ColouredSweep):
             return (f"AIS: the model has {neg} negative coupling(s); Swendsen–Wang moves need J ≥ 0, so the "
                     "estimate is not of this model. Use transition='gibbs'.")
         ess = np.asarray(info["weight_ess"])
-        return (f"AIS: {bad} of {total} models have a weight ESS below num_chains / 10 (lowest {ess.min():.3g} of "
+        return (f"AIS: {bad} of {total} models have a weight ESS below max(num_chains / 10, {MIN_WEIGHT_ESS}) (lowest "
+                f"{ess.min():.3g} of "
                 f"{self.num_chains} chains): a few chains carry the estimate, and its standard error is itself "
-                "unreliable. Raise num_temps (a slower anneal) or sweeps_per_temp.")
+                "unreliable. Raise num_temps (a slower anneal) or sweeps_per_temp, and num_chains (at least "
+                f"{MIN_WEIGHT_ESS} effective chains are needed).")

@@ -85,7 +85,11 @@ def _as_ladder(x):
     if x is None or isinstance(x, (str, bytes)):
         return x
     if isinstance(x, (list, tuple, np.ndarray)):
-        return tuple(V.plain(v) for v in np.asarray(x, dtype=object).ravel().tolist())
+        a = np.asarray(x, dtype=object)
+        if a.ndim != 1:
+            raise IsingInputError(f"ParallelTempering: ladder must be one sequence of fractions β_k / β (1-D); got an "
+                                  f"array of shape {a.shape}.")
+        return tuple(V.plain(v) for v in a.tolist())
     return x
 
 
@@ -375,6 +379,18 @@ class ParallelTempering(ColouredSweep):
     def _keeps_samples(self, model: IsingModel) -> bool:
         return keeps_samples(self, model)
 
+    def _prepare(self, model: IsingModel) -> "ParallelTempering":
+        """Refuse a concrete ``β ≤ beta_min`` (the ladder would collapse onto the model's β), then
+        the sweep classes (:class:`~isingattn.inference.mcmc.base.ColouredSweep`)."""
+        if self.ladder is None and self.beta_min > 0 and not isinstance(model.beta, jax.core.Tracer):
+            low = float(np.min(np.asarray(model.beta)))
+            if low <= self.beta_min:
+                raise IsingInputError(
+                    f"ParallelTempering: beta_min = {self.beta_min:g} is not below the model's β = {low:g}: every "
+                    "replica would sit at β and nothing would be tempered. Pass beta_min < β (0, the default, "
+                    "tempers from the uniform distribution).")
+        return super()._prepare(model)
+
     def _hot_is_zero(self) -> bool:
         return self.ladder[-1] == 0 if self.ladder is not None else self.beta_min == 0
 
@@ -412,6 +428,14 @@ class ParallelTempering(ColouredSweep):
             refreshed = (out["round_trips"].min(0) >= MIN_ROUND_TRIPS)[..., None] if self._hot_is_zero() else False
             info.update(_spin_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold),
                                           refreshed))
+        if self.diagnostics:
+            # a chain that never went cold → hot → cold, or a pair of replicas that never swapped,
+            # has not tempered: its R-hat can look fine on chains frozen in different states
+            trips = jnp.moveaxis(out["round_trips"], 0, -1).min(-1)  # [*batch]
+            swaps = jnp.all(info["swap_rate"] > 0, axis=-1)
+            spread = (beta > self.beta_min) if self.ladder is None and self.beta_min > 0 else True
+            info["tempered"] = (trips >= 1) & swaps & spread
+            info["converged"] = info["converged"] & info["tempered"]
         m = packed_sample_marginals(model, words, D, info, keep_samples=self._keeps_samples(model),
                                     rao_blackwell=bool(self.rao_blackwell))
         log_z = _with_moment_gradients(log_z, model, m.mean, m.corr, energy_trace.mean((-2, -1)))
@@ -424,6 +448,14 @@ class ParallelTempering(ColouredSweep):
         frozen = int(np.asarray(info["frozen"]).sum())
         trips = float(np.asarray(info["round_trip_rate"]).min())
         stuck = (f" {frozen} active spin(s) never changed in any chain (frozen: no R-hat, NaN)." if frozen else "")
+        untempered = int((~np.asarray(info.get("tempered", True))).sum())
+        if untempered:
+            swaps = np.asarray(info["swap_rate"]).reshape(-1, self.num_replicas - 1).min(0)
+            return (f"ParallelTempering: {untempered} of {total} models did not temper: some chain made no round "
+                    f"trip cold → hot → cold (lowest rate {trips:.3g} per step) or some pair of replicas never "
+                    f"swapped (lowest swap rate per pair {np.array2string(swaps, precision=2)}), so the chains may "
+                    "sit frozen in different states and R-hat cannot tell. Raise num_warmup and num_samples, or "
+                    "num_replicas; see info['tempered'], info['swap_rate'], info['round_trip_rate'].")
         return (f"ParallelTempering: {bad} of {total} models have a spin with split R-hat ≥ {self.rhat_threshold} "
                 f"or undefined (worst defined {worst:.3g}): the chains have not mixed.{stuck} Lowest round-trip rate "
                 f"{trips:.3g} per step. Raise num_samples, or num_replicas when some info['swap_rate'] is near 0 "

@@ -177,7 +177,15 @@ def pattern_from_graph(graph, n: int) -> Pattern:
         pos = ({v: v for v in nodes} if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in nodes)
                and set(nodes) == set(range(n)) else {v: k for k, v in enumerate(nodes)})
         edges = []
-        for u, v in graph.edges:
+        pairs = [tuple(e)[:2] for e in graph.edges]  # a MultiGraph's edges carry a key as well
+        seen = set()
+        for u, v in pairs:
+            if frozenset((u, v)) in seen:
+                raise IsingInputError(f"the networkx graph has more than one edge between nodes {u!r} and {v!r} (a "
+                                      "MultiGraph or a directed graph with both directions); a pair of spins has one "
+                                      "coupling. Pass networkx.Graph(graph).")
+            seen.add(frozenset((u, v)))
+        for u, v in pairs:
             if u == v:
                 raise IsingInputError(f"the networkx graph has a self-loop on node {u!r}; couplings need two distinct "
                                       "spins. Remove it.")
@@ -295,7 +303,10 @@ def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, m
                               f"without it JAX computes in {jax.dtypes.canonicalize_dtype(dtype)}. Enable it or pass "
                               "dtype=np.float32.")
     w = np.ones(S) if weights is None else check_weights(weights, S)
-    total = float(w.sum())
+    with np.errstate(over="ignore"):
+        total = float(w.sum())  # may overflow (weights near 1e308): then normalized from w / max(w)
+    if not math.isfinite(total):
+        w = w / w.max()
     pattern = pattern_from_graph(graph, n)
     used = s if weights is None else s[w > 0]
     lo, hi = used.min(0), used.max(0)
@@ -309,8 +320,9 @@ def prepare(samples, *, graph=None, weights=None, dtype=None, l2: float = 0.0, m
         warnings.warn(f"{method}: {len(constant)} spin(s) are constant in the data: {shown}. Their fields are set by "
                       f"the regularizer (l2 = {l2:g}), not by the data, and their couplings stay near 0.",
                       DataWarning, stacklevel=3)
-    p = (w / total).astype(dtype)
-    pc = pattern_counts(s, w / total, pattern.graph)
+    p64 = w / w.sum()
+    p = p64.astype(dtype)
+    pc = pattern_counts(s, p64, pattern.graph)
     if pc is None:
         mean, pair = edge_moments(s, p, pattern.edges, pattern.dense, dtype)
     else:  # the graph's moments are sums over the pattern counts: one pass over the data for both

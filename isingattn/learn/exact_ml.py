@@ -200,9 +200,15 @@ def fit_exact(data: Data, *, beta: float, l1: float, l2: float, tol: Optional[fl
                           desc="fit exact")
     h, w = x[:n], x[n:]
     # the final gradient is β (model moments - data moments) + 2 l2 θ, and the objective holds log Z
-    g = (g - 2 * l2 * x) / beta
-    err = float(np.max(np.abs(g)))
-    lz = info["objective"] - l1 * float(np.sum(np.abs(w))) - l2 * float(x @ x) + beta * float(h @ data.mean + w @ data.pair)
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = (g - 2 * l2 * x) / beta
+        err = float(np.max(np.abs(g)))
+    with np.errstate(over="ignore", invalid="ignore"):  # tiny β: the parameters, and these sums, can overflow
+        lz = (info["objective"] - l1 * float(np.sum(np.abs(w))) - l2 * float(x @ x)
+              + beta * float(h @ data.mean + w @ data.pair))
+    with np.errstate(over="ignore"):
+        pull = float(np.max(np.abs(2 * l2 * x)) + l1) / beta  # the penalties' pull on the moments
     info.update(tol=tol, grad_norm=info["grad_norm"] / beta, moment_error=err, engine=type(eng).__name__,
-                log_likelihood=float(beta * (h @ data.mean + w @ data.pair) - lz), log_z=float(lz))
+                penalty_pull=pull if math.isfinite(pull) else float("inf"),
+                log_likelihood=float(np.float64(beta) * (h @ data.mean + w @ data.pair) - lz), log_z=float(lz))
     return h, w, info

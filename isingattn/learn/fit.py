@@ -21,7 +21,9 @@ method        what                                         scale
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from typing import NamedTuple, Optional
 
 import jax
@@ -41,6 +43,9 @@ _OPTIONS = {"exact": ("engine", "init"), "plm": ("init",), "mf": (), "tap": (),
 # the moment error of a fitted model is computed exactly, after the fit, up to this many
 # configuration-terms (2^n for Exact, n 2^w for Banded); beyond, it is left None
 CHECK_LOG2_COST = 20
+# plm, mf and tap do not solve the moment equations: their estimators' bias at finite samples
+# (plm) or in the couplings (mf first order, tap second) is allowed up to this moment error
+APPROX_MOMENT_TOL = 0.05
 
 
 class FitResult(NamedTuple):
@@ -50,10 +55,16 @@ class FitResult(NamedTuple):
 
     * ``method``, ``iterations``, ``grad_norm`` (the final gradient's largest entry; for
       exact and PCD in moment units, i.e. divided by β), ``converged``, ``status``,
-      ``wall_time`` (seconds, compilation included);
+      ``wall_time`` (seconds, compilation included); a fit judged on its moments to have
+      missed them has ``status`` ``"moments missed"`` and its optimizer's own status in
+      ``optimizer_status``;
     * ``moment_error``: ``max |⟨φ⟩_model - ⟨φ⟩_data|`` over the means and the pattern's pair
       moments, exact where an exact engine is cheap (``moment_error_kind == "exact"``), the
-      chains' estimate for PCD beyond that, else None;
+      chains' estimate for PCD beyond that, else None; ``moment_tol``, the largest moment
+      error with which a fit counts as converged (``fit``'s ``moment_tol``);
+      for mf/tap also ``approximation_moment_error``: the same gap for the moments of the
+      approximation itself (its self-consistent means and linear-response pair moments,
+      ``isingattn.learn.mf_inverse.approximation_moments``);
     * the data: ``n``, ``num_samples``, ``total_weight``, ``num_couplings`` (E),
       ``constant_spins``; the settings ``beta``, ``l1``, ``l2``, ``tol``, ``dtype``;
     * the method's own diagnostics (the objective, ``pseudo_log_likelihood`` (PLM),
@@ -68,7 +79,7 @@ class FitResult(NamedTuple):
 def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0, l2: float = 1e-4, weights=None,
         key: Optional[jax.Array] = None, tol: Optional[float] = None, max_iter: Optional[int] = None, dtype=None,
         sparse: Optional[bool] = None, progress: Optional[bool] = None, check_moments: Optional[bool] = None,
-        **options) -> FitResult:
+        moment_tol: Optional[float] = None, **options) -> FitResult:
     """Fit ``h`` and ``J`` of ``p(s) ∝ exp(β (h·s + Σ_{i<j} J_ij s_i s_j))`` to samples.
 
     Args:
@@ -101,6 +112,17 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
             engine costs at most ``2^20`` terms (it adds that engine's compilation, about
             2–4 s, to the wall time); False: never (``moment_error`` None, or PCD's chain
             estimate).
+        moment_tol: the largest moment error (``info["moment_error"]``, and for mf/tap
+            ``info["approximation_moment_error"]``) with which the fit counts as converged. A fit
+            whose model misses the data's moments by more is returned with
+            ``converged=False`` and a :class:`~isingattn.inference.ConvergenceWarning` that says by
+            how much (e.g. a penalty that outweighs the data at small ``β``, or a closed form
+            whose approximation does not hold). Default: exact ``tol`` plus the penalties' pull
+            on the moments at the solution, ``max |2 l2 θ| / β + l1 / β``, counted only up to
+            0.05 (beyond that the penalty, not the data, sets the model); pcd ``tol``; plm, mf and tap 0.05 (``APPROX_MOMENT_TOL``: their estimators
+            do not solve the moment equations). Where no moment error is computed (no cheap
+            exact engine) plm and pcd are judged by their own criteria only; mf and tap
+            always by the approximation's moments.
         options: the method's own settings: exact ``engine`` (None, ``"exact"``,
             ``"banded"`` or an exact Engine) and ``init``; plm ``init``; pcd ``sampler``,
             ``num_steps``, ``num_chains``, ``sweeps``, ``learning_rate``, ``average``,
@@ -122,6 +144,8 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
         sparse = V.boolean("sparse", sparse, owner=o)
     if check_moments is not None:
         check_moments = V.boolean("check_moments", check_moments, owner=o)
+    if moment_tol is not None:
+        moment_tol = V.positive_float("moment_tol", moment_tol, owner=o)
     unknown = sorted(set(options) - set(_OPTIONS[method]))
     if unknown:
         raise IsingInputError(f'fit(method="{method}") got unknown option(s) {unknown}; its options are '
@@ -151,18 +175,55 @@ def fit(samples, *, method: str, graph=None, beta: float = 1.0, l1: float = 0.0,
     pattern = data.pattern
     h, w = np.asarray(h), np.asarray(w)
     model = IsingModel(h, couplings(pattern, w, sparse=output_sparse(pattern, sparse)), beta=beta)
-    if "moment_error" in info:
+    if "moment_error" in info and math.isfinite(info["moment_error"]):
         info.setdefault("moment_error_kind", "exact")
+    elif "moment_error" in info:  # the gradient / β overflowed (β tiny): the moments themselves
+        info.update(_moment_error(data, h, w, beta, True))
     else:
         info.update(_moment_error(data, h, w, beta, check_moments))
     if method == "pcd" and info.get("moment_error_kind") == "chains":
         exact = _moment_error(data, h, w, beta, check_moments)
         if exact["moment_error"] is not None:
             info.update(exact, converged=exact["moment_error"] <= info["tol"])
+    _judge(info, method, moment_tol, beta, l1)
     info.update(method=method, n=pattern.n, num_samples=data.num_samples, total_weight=data.total_weight,
                 num_couplings=pattern.E, constant_spins=list(data.constant), beta=beta, l1=l1, l2=l2,
                 dtype=str(np.dtype(data.dtype)), wall_time=time.perf_counter() - t_start)
     return FitResult(model, info)
+
+
+def _judge(info: dict, method: str, moment_tol: Optional[float], beta: float, l1: float) -> None:
+    """``converged`` False, with a warning, where the fitted model misses the moments by more
+    than ``moment_tol`` (see :func:`fit`)."""
+    if moment_tol is None:
+        if method == "exact":  # the penalties' pull, while it stays a small effect
+            moment_tol = info["tol"] + min(info.get("penalty_pull", 0.0), APPROX_MOMENT_TOL)
+        elif method == "pcd":
+            moment_tol = info["tol"]
+        else:
+            moment_tol = APPROX_MOMENT_TOL
+    info["moment_tol"] = float(moment_tol)
+    gaps = {"exact model": info.get("moment_error")}
+    if method in ("mf", "tap"):
+        gaps[f"{method} approximation"] = info.get("approximation_moment_error")
+    missed = {k: float(v) for k, v in gaps.items() if v is not None and not float(v) <= moment_tol}
+    if not missed:
+        return
+    if method in ("exact", "pcd") or gaps["exact model"] is None:
+        missed = {("model" if k == "exact model" else k): v for k, v in missed.items()}
+    info["converged"] = False
+    info["optimizer_status"], info["status"] = info.get("status"), "moments missed"
+    what = "; ".join(f"the {k}'s moments are off by up to {v:.3g}" for k, v in missed.items())
+    hint = {"exact": "lower l2 or l1 (at small β the penalty outweighs the data), or raise max_iter",
+            "plm": "lower l2 or l1, or the data are too few for pseudo-likelihood: try method=\"exact\" or \"pcd\"",
+            "pcd": "raise num_steps or num_chains, or lower learning_rate",
+            "mf": "the couplings are too strong (or the data degenerate) for mean field: use method=\"plm\" or \"exact\"",
+            "tap": "the couplings are too strong (or the data degenerate) for TAP: use method=\"plm\" or \"exact\""}[method]
+    from isingattn.engine import ConvergenceWarning
+
+    warnings.warn(f'fit(method="{method}") does not reproduce the data: {what}, against a tolerance of '
+                  f"{moment_tol:.3g} (moment_tol), so converged=False. {hint[0].upper()}{hint[1:]}.",
+                  ConvergenceWarning, stacklevel=3)
 
 
 def _moment_error(data, h, w, beta, check) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 import zipfile
 
 import numpy as np
@@ -45,7 +46,9 @@ def read_samples(path: str) -> np.ndarray:
                 else:
                     raise IsingInputError(f"{path!r} holds arrays {names}; name the data array 'samples'.")
         else:
-            x = np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=2)
+            with warnings.catch_warnings():  # an empty file: NumPy's warning, then our message below
+                warnings.filterwarnings("ignore", message=".*input contained no data.*", category=UserWarning)
+                x = np.loadtxt(path, delimiter="," if ext == ".csv" else None, dtype=np.float64, ndmin=2)
     except IsingInputError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
@@ -54,8 +57,13 @@ def read_samples(path: str) -> np.ndarray:
         raise IsingInputError(f"{path!r} could not be read as {what}: {' '.join(str(e).split())}") from None
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise IsingInputError(f"{path!r}: expected a numeric array of 0/1 or ±1; got dtype {x.dtype}.")
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise IsingInputError(f"{path!r}: expected real 0/1 or ±1 values; got complex numbers (dtype {x.dtype}).")
     if x.ndim != 2:
         raise IsingInputError(f"{path!r}: expected a 2-D table [samples, spins]; got shape {x.shape}.")
+    if x.size == 0:
+        raise IsingInputError(f"{path!r} holds no data (shape {x.shape}); expected rows of 0/1 or ±1 values, one "
+                              "sample per row.")
     return np.asarray(x, np.float64)
 
 

@@ -18,7 +18,7 @@ import time
 import isingattn
 from isingattn.models.app.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
                                       _check_train_args, _check_writable, _engine_from_args, _error, _names,
-                                      _nonnegative_float, _nonnegative_int, _positive_float, _positive_int,
+                                      _nonnegative_float, _nonnegative_int, _positive_float, _positive_int, _seed,
                                       _variant_list, add_bracket_data_options, study)
 from isingattn.models.app.cli_checkpoints import _analyze, _evaluate, _export_bqm
 from isingattn.models.app.cli_fit import add_fit_parser
@@ -175,7 +175,8 @@ def _compare(args) -> int:
     # compare reads a graph's band from the graph (a strip wider than Banded's default 8 still works)
     banded_kw = lambda name, kw: kw if name != "banded" or "bandwidth=" in kw else ",".join(filter(None, [kw, "bandwidth=null"]))
     if args.reference not in ("exact", "tree"):
-        reference = _engine_from_args(args.reference, banded_kw(args.reference, args.reference_kw), option="--reference")[0]
+        reference = _engine_from_args(args.reference, banded_kw(args.reference, args.reference_kw), option="--reference",
+                                      kw_option="--reference-kw")[0]
     if args.out:
         _check_writable(args.out, "--out")
     model = _load_model(args)
@@ -186,7 +187,7 @@ def _compare(args) -> int:
             raise _error(f"--engine-kw {item}: expected ENGINE:key=value,... naming one of --engines "
                          f"({', '.join(args.engines)}), e.g. sqa:num_reads=8.")
         engine_kw[name] = ",".join(filter(None, [engine_kw.get(name, ""), kw]))
-    engines = {name: _engine_from_args(name, banded_kw(name, engine_kw.get(name, "")), option=f"--engine-kw {name}")[0]
+    engines = {name: _engine_from_args(name, banded_kw(name, engine_kw.get(name, "")), option="--engine-kw")[0]
                for name in args.engines}
     if model.is_sparse:  # engines without an edge-list path would densify J: refuse them before any work
         from isingattn.inference import get
@@ -381,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--engine-kw", action="append", default=[], metavar="ENGINE:KEY=VALUE,...",
                    help="settings of one compared engine, e.g. sqa:num_reads=8,num_sweeps=200 (repeatable); "
                         "without it its defaults")
-    c.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of the generated graph and the samplers")
+    c.add_argument("--seed", type=_seed, default=0, help="seed of the generated graph and the samplers")
     c.add_argument("--out", default=None, help="folder for compare.md and compare.png; without it, print only")
     c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")
     c.set_defaults(func=_compare)

@@ -31,6 +31,14 @@ _positive_int = _int_at_least(1, "a positive integer")
 _nonnegative_int = _int_at_least(0, "an integer ≥ 0")
 
 
+def _seed(text: str) -> int:
+    """A random seed: an integer in [0, 2^63 - 1] (what jax.random.PRNGKey takes)."""
+    value = _nonnegative_int(text)
+    if value > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2^63 - 1 = {2**63 - 1}; got {text!r}")
+    return value
+
+
 def _float_check(what: str, ok):
     def parse(text: str) -> float:
         try:
@@ -78,15 +86,16 @@ def _variant_list(text: str) -> tuple:
     return names
 
 
-def _parse_kw(text: str) -> dict:
-    """'num_samples=200,schedule=colored' -> {'num_samples': 200, 'schedule': 'colored'}."""
+def _parse_kw(text: str, option: str = "--engine-kw") -> dict:
+    """'num_samples=200,schedule=colored' -> {'num_samples': 200, 'schedule': 'colored'};
+    ``option`` names the command-line option in the message about a malformed pair."""
     from isingattn.errors import IsingInputError
 
     out = {}
     for item in filter(None, (t.strip() for t in (text or "").split(","))):
         k, eq, v = item.partition("=")
         if not eq or not k.strip():
-            raise IsingInputError(f"--engine-kw expects key=value pairs separated by commas, e.g. "
+            raise IsingInputError(f"{option} expects key=value pairs separated by commas, e.g. "
                                   f"num_samples=200,num_chains=4; got {item!r}.")
         try:
             out[k.strip()] = json.loads(v)
@@ -139,12 +148,22 @@ def _check_writable(path: str, option: str, *, is_file: bool = False) -> None:
                      "or fix the folder's permissions.") from None
 
 
-def _engine_from_args(name: str, kw_text: str, option: str = "--engine"):
+def _engine_from_args(name: str, kw_text: str, option: str = "--engine", kw_option: str = "--engine-kw"):
+    """The engine ``name`` with the settings ``kw_text``; errors quote the options as given:
+    ``option name kw_option kw_text`` (e.g. ``--reference gibbs --reference-kw ...``), or
+    ``kw_option name:kw_text`` where the settings name their engine themselves (``option ==
+    kw_option``, compare's ``--engine-kw gibbs:num_chains=0``)."""
     from isingattn.errors import IsingInputError, IsingTypeError
     from isingattn.inference import get
 
-    kw = _parse_kw(kw_text)
-    given = f"{option} {name}" + (f" --engine-kw {kw_text}" if kw else "")
+    if option == kw_option:
+        given = f"{kw_option} {name}:{kw_text}"
+    else:
+        given = f"{option} {name}" + (f" {kw_option} {kw_text}" if kw_text else "")
+    try:
+        kw = _parse_kw(kw_text, kw_option)
+    except IsingInputError as e:
+        raise _error(f"{given}: {e}") from None
     try:
         engine = get(name, **kw)
     except (IsingInputError, IsingTypeError) as e:

@@ -1,19 +1,33 @@
 """``isingattn fit DATA --method ... --out FOLDER``: learn an Ising model from binary data.
 
-Writes, atomically and only after a successful fit, into FOLDER:
+Writes, only after a successful fit, into FOLDER:
 ``model.npz`` (:func:`isingattn.learn.io.save_model`), ``model.bqm`` (dimod's
 ``BinaryQuadraticModel.to_file``: the SPIN model at β = 1 with ``β·h`` and ``β·J``, since a BQM
 has no temperature) and ``fit.json`` (the fit's ``info`` and the command line).
+
+The three are one set: they are written into a temporary folder beside FOLDER, which then
+replaces FOLDER in one step (:func:`isingattn.atomic.writing_folder`), so a refit that fails
+or is killed leaves the earlier set whole, and what a killed run left behind is swept on the
+next. FOLDER therefore holds the set only: one with other files in it is refused.
+
+A fit that misses the data's moments (``converged`` false, see :func:`isingattn.learn.fit`)
+is still written, with ``"converged": false`` in fit.json, a warning on stderr and
+"NOT converged" in the summary line. Non-finite numbers of ``info`` go into fit.json as the
+strings ``"inf"``, ``"-inf"`` or ``"nan"`` (strict JSON has no such numbers).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
+import warnings
 
-from isingattn.models.app.cli_args import (_check_writable, _error, _nonnegative_float, _nonnegative_int,
-                                           _positive_float, _positive_int)
+from isingattn.models.app.cli_args import (_check_writable, _error, _nonnegative_float, _positive_float, _positive_int,
+                                           _seed)
+
+SET = ("model.npz", "model.bqm", "fit.json")
 
 
 def add_fit_parser(sub, fmt: dict) -> None:
@@ -32,7 +46,7 @@ def add_fit_parser(sub, fmt: dict) -> None:
     f.add_argument("--l1", type=_nonnegative_float, default=0.0, help="L1 penalty on J (plm)")
     f.add_argument("--l2", type=_nonnegative_float, default=1e-4, help="L2 penalty on h and J")
     f.add_argument("--max-iter", type=_positive_int, default=None, help="iterations (pcd: steps); without it, the method's default")
-    f.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of stochastic methods (pcd)")
+    f.add_argument("--seed", type=_seed, default=0, help="seed of stochastic methods (pcd)")
     f.add_argument("--out", required=True, help="output folder for model.npz, model.bqm and fit.json")
     f.set_defaults(func=_fit)
 
@@ -45,7 +59,7 @@ def _fit(args) -> int:
     from isingattn.learn import fit
     from isingattn.learn.io import read_samples, save_model
 
-    _check_writable(args.out, "--out")
+    _check_out(args.out)
     samples = read_samples(args.data)
     graph = None
     if args.graph:
@@ -62,34 +76,76 @@ def _fit(args) -> int:
     extra = {"key": jax.random.PRNGKey(args.seed)} if args.method == "pcd" else {}
     if args.max_iter is not None:
         extra["num_steps" if args.method == "pcd" else "max_iter"] = args.max_iter
-    result = fit(samples, method=args.method, graph=graph, beta=args.beta, l1=args.l1, l2=args.l2, **extra)
-    info = {k: v for k, v in result.info.items() if _plain_json(v)}
+    with warnings.catch_warnings(record=True) as caught:  # reported in one line each, below
+        warnings.simplefilter("always")
+        result = fit(samples, method=args.method, graph=graph, beta=args.beta, l1=args.l1, l2=args.l2, **extra)
+    for text in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
+        print(f"isingattn fit: warning: {text}", file=sys.stderr)
+    info = {k: _json_value(v) for k, v in result.info.items() if _plain_json(v)}
     command = " ".join(["isingattn", *getattr(args, "argv", sys.argv[1:])])
-    os.makedirs(args.out, exist_ok=True)
-    save_model(os.path.join(args.out, "model.npz"), result.model, {"method": args.method, "data": args.data})
     model = result.model
     bqm = model.to_bqm()
     bqm.scale(float(model.beta))  # a BQM has no temperature: exp(-E_bqm) = exp(-β E)
-    with bqm.to_file() as src, atomic.writing(os.path.join(args.out, "model.bqm"), "wb") as fh:
-        shutil.copyfileobj(src, fh)
-    atomic.write_json(os.path.join(args.out, "fit.json"), {"command": command, "info": info}, indent=2)
-    err = info.get("moment_error")
+    with atomic.writing_folder(args.out) as tmp:  # the three files replace the earlier set together
+        save_model(os.path.join(tmp, "model.npz"), model, {"method": args.method, "data": args.data})
+        with bqm.to_file() as src, open(os.path.join(tmp, "model.bqm"), "wb") as fh:
+            shutil.copyfileobj(src, fh)
+        atomic.write_json(os.path.join(tmp, "fit.json"), {"command": command, "info": info}, indent=2)
+    err = result.info.get("moment_error")
+    ok = bool(result.info.get("converged"))
     print(f"fit --method {args.method}: n = {model.n}, {int(np.asarray(samples).shape[0])} samples, "
-          f"{info.get('iterations')} iterations, {info.get('wall_time', float('nan')):.1f} s"
+          f"{info.get('iterations')} iterations, {result.info.get('wall_time', float('nan')):.1f} s"
           + ("" if err is None else f", moment error {err:.2g}")
+          + ("" if ok else f" (NOT converged: status {result.info.get('status')!r}, moment_tol "
+                           f"{result.info.get('moment_tol', float('nan')):.2g}; see fit.json)")
           + f"; wrote {args.out}/model.npz, model.bqm and fit.json")
     return 0
 
 
-def _plain_json(v) -> bool:
-    """Whether ``v`` is plain, finite JSON: only those entries of ``info`` go into fit.json
-    (strict JSON has no NaN or infinity; arrays stay in model.npz)."""
-    import math
+def _check_out(out: str) -> None:
+    """Refuse, before the fit runs, an ``--out`` that cannot take the set: not writable, a file,
+    holding a non-file where one of the set goes, holding other files (the folder is replaced
+    as a whole), or the current folder or one above it."""
+    from isingattn import atomic
 
-    if v is None or isinstance(v, (bool, int, str)):
+    _check_writable(out, "--out")
+    path = os.path.abspath(out)
+    here = os.path.abspath(os.getcwd())
+    if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
+        raise _error(f"--out {out!r} is the current folder or holds it; fit replaces --out as a whole, so give it a "
+                     "folder of its own, e.g. --out fit1.")
+    if not os.path.isdir(path):
+        return
+    atomic.sweep_folder_orphans(path)  # a killed earlier run's leftovers are not "other files"
+    for name in SET:
+        p = os.path.join(path, name)
+        if os.path.lexists(p) and not os.path.isfile(p):
+            raise _error(f"--out {out!r}: {name} there is not a file (a folder or another kind of entry); remove it or "
+                         "choose another --out.")
+    other = sorted(set(os.listdir(path)) - set(SET))
+    if other:
+        shown = ", ".join(other[:5]) + (" ..." if len(other) > 5 else "")
+        raise _error(f"--out {out!r} holds other entries than a fit's model.npz, model.bqm and fit.json ({shown}); the "
+                     "set is written by replacing the folder as one, so give fit an empty or new folder, or an earlier "
+                     "fit's.")
+
+
+def _json_value(v):
+    """``v`` with non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has none)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _json_value(x) for k, x in v.items()}
+    return v
+
+
+def _plain_json(v) -> bool:
+    """Whether ``v`` is plain JSON (numbers, strings, lists, dicts): only those entries of
+    ``info`` go into fit.json (arrays stay in model.npz; non-finite floats become strings)."""
+    if v is None or isinstance(v, (bool, int, str, float)):
         return True
-    if isinstance(v, float):
-        return math.isfinite(v)
     if isinstance(v, (list, tuple)):
         return all(_plain_json(x) for x in v)
     if isinstance(v, dict):

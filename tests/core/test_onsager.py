@@ -275,3 +275,144 @@ def test_bad_coupling_raises(K):
 def test_bad_coupling_under_jit_raises():
     with pytest.raises(Exception, match=r"K \(the coupling βJ\) must be finite and > 0"):
         jax.block_until_ready(jax.jit(onsager_energy)(jnp.array([0.3, -0.1])))
+
+
+# ---- every K > 0 and any size: the series beyond the closed forms' range ------------------------
+
+EXTREME_KS = np.array([1e-300, 1e-38, 1e-20, 1e-10, 1e-6, 1e-4, 3e-4, 1e-3, 0.01, 0.3, K_C, 2.5, 3.0, 4.0, 6.0,
+                       20.0, 50.0, 1e3, 1e6])
+
+
+@pytest.mark.parametrize("rows, cols", [(3, 3), (4, 4), (3, 5)])
+def test_torus_at_extreme_couplings_equals_enumeration(rows, cols):
+    """Far from K_C the closed form's derivatives were lost to rounding (u = −512 per spin at
+    K = 1e-10, NaN from K = 20); the matched series agree with enumeration in float64 there."""
+    ref = np.array([_brute(rows, cols, float(K)) for K in EXTREME_KS])
+    log_z = np.asarray(torus_log_z(rows, cols, EXTREME_KS))
+    u = np.asarray(torus_energy(rows, cols, EXTREME_KS))
+    c = np.asarray(torus_heat_capacity(rows, cols, EXTREME_KS))
+    np.testing.assert_allclose(log_z, ref[:, 0], rtol=1e-13)
+    np.testing.assert_allclose(u, ref[:, 1], rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(c, ref[:, 2], rtol=5e-9, atol=1e-300)
+    assert np.all((u >= -2) & (u <= 0)) and np.all(c >= 0)
+    # reverse mode at K = 50 (NaN before): ∂ln Z/∂K = 2N, the ground states' bonds
+    assert float(jax.grad(lambda k: torus_log_z(rows, cols, k))(50.0)) == pytest.approx(2 * rows * cols, rel=1e-12)
+
+
+def test_torus_and_infinite_lattice_in_float32():
+    """The float32 programs (what users get without x64): finite at every K, u in [−2, 0], c ≥ 0,
+    and within float32's reach of the float64 enumeration (c to 2e-3: a remainder of larger terms)."""
+    from isingattn.onsager import _log_z_taylor, _onsager_energy, _onsager_heat_capacity, _onsager_log_z
+
+    K = EXTREME_KS[(EXTREME_KS > 1e-38) & (EXTREME_KS != K_C)].astype(np.float32)  # c(K_C) = +inf
+    d0, d1, d2 = (np.asarray(x, np.float64) for x in _log_z_taylor(2, 4.0, 4, jnp.asarray(K)))
+    ref = np.array([_brute(4, 4, float(k)) for k in K.astype(np.float64)])
+    assert all(np.all(np.isfinite(x)) for x in (d0, d1, d2))
+    np.testing.assert_allclose(d0, ref[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(-d1 / 16, ref[:, 1], rtol=2e-5, atol=1e-7)
+    np.testing.assert_allclose(K.astype(np.float64) ** 2 * d2 / 16, ref[:, 2], rtol=2e-3, atol=1e-9)
+    Kj = jnp.asarray(K)
+    lz, u, c = (np.asarray(f(Kj), np.float64) for f in (_onsager_log_z, _onsager_energy, _onsager_heat_capacity))
+    assert np.all(np.isfinite(lz)) and np.all(np.isfinite(u)) and np.all(np.isfinite(c))
+    ref64 = [np.asarray(f(K.astype(np.float64))) for f in (onsager_log_z_per_spin, onsager_energy, onsager_heat_capacity)]
+    np.testing.assert_allclose(lz, ref64[0], rtol=1e-6)
+    np.testing.assert_allclose(u, ref64[1], rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(c, ref64[2], rtol=2e-3, atol=1e-9)
+
+
+def test_infinite_lattice_at_extreme_couplings():
+    """−βf, u and c at K from 1e-300 to 1e6: the series' closed forms (ln 2 + 2 ln cosh K + …,
+    2K + e^{−8K} + …) to leading order, u in [−2, 0] (it was −6e21 at K = 1e-30, +1142 at 1e-20)
+    and c ≥ 0; the series meet the elliptic forms at their thresholds."""
+    K = EXTREME_KS
+    lz, u, c = (np.asarray(f(K)) for f in (onsager_log_z_per_spin, onsager_energy, onsager_heat_capacity))
+    small, large = K < 1e-4, K > 5
+    np.testing.assert_allclose(lz[small], math.log(2) + K[small] ** 2, rtol=1e-12)
+    np.testing.assert_allclose(u[small], -2 * K[small], rtol=1e-8)
+    np.testing.assert_allclose(c[small], 2 * K[small] ** 2, rtol=1e-8, atol=1e-300)
+    np.testing.assert_allclose(lz[large], 2 * K[large] + np.exp(-8 * K[large]), rtol=1e-15)
+    np.testing.assert_allclose(u[large], -2 + 8 * np.exp(-8 * K[large]), rtol=1e-15)
+    np.testing.assert_allclose(c[large], 64 * K[large] ** 2 * np.exp(-8 * K[large]), rtol=1e-5, atol=1e-300)
+    assert np.all((u >= -2) & (u <= 0)) and np.all(c >= 0) and np.all(np.isfinite(lz))
+    # continuity at the thresholds, each side computed by the other method
+    for k0 in (0.01, 3.0):
+        pair = np.array([np.nextafter(k0, 0.0), k0, np.nextafter(k0, 1.0)])
+        for f, tol in ((onsager_log_z_per_spin, 1e-13), (onsager_energy, 1e-12), (onsager_heat_capacity, 1e-10)):
+            a, b, c_ = np.asarray(f(pair))
+            assert max(abs(a - b), abs(c_ - b)) <= tol * abs(b), (f.__name__, k0, a, b, c_)
+
+
+def _thin_ring_reference(width: int, K: float):
+    """ln λ, (ln λ)′ and (ln λ)″ of the largest eigenvalue of the column transfer matrix of a
+    periodic strip ``width`` spins around (float64; the second derivative by perturbation theory):
+    a torus of length L ≫ 1 has ln Z = L ln λ."""
+    s = np.array(list(itertools.product([1, -1], repeat=width)), np.float64)
+    ring = np.sum(s * np.roll(s, 1, axis=1), axis=1)
+    a = 0.5 * (ring[:, None] + ring[None, :]) + s @ s.T  # the exponent per unit K
+    shift = np.max(a)
+    T = np.exp(K * (a - shift))
+    lam, V = np.linalg.eigh(T)
+    v, l0 = V[:, -1], lam[-1]
+    d1 = v @ (a * T) @ v
+    d2 = v @ (a * a * T) @ v + 2 * sum((v @ (a * T) @ V[:, k]) ** 2 / (l0 - lam[k]) for k in range(len(lam) - 1))
+    return K * shift + np.log(l0), d1 / l0, d2 / l0 - (d1 / l0) ** 2
+
+
+def test_long_thin_torus_against_its_transfer_matrix():
+    """A 10^12 × 4 torus (an int32 overflow before): against the 16 × 16 transfer matrix, at
+    K = 0.3 and at K = 3, where domain walls across the short side carry a quarter of c."""
+    L, w = 10**12, 4
+    for K in (0.3, 3.0):
+        lz, d1, d2 = _thin_ring_reference(w, K)
+        assert float(torus_log_z(L, w, K)) == pytest.approx(L * lz, rel=1e-12)
+        assert float(torus_energy(w, L, K)) == pytest.approx(-d1 / w, rel=1e-12, abs=1e-15)
+        assert float(torus_heat_capacity(L, w, K)) == pytest.approx(K**2 * d2 / w, rel=1e-3)
+    with pytest.raises(IsingInputError, match="shorter side"):
+        torus_log_z(2**25, 2**25, 0.3)
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+except ImportError:  # hypothesis is an optional test dependency
+    given = None
+
+if given is not None:
+    _K_VALUES = st.one_of(st.floats(min_value=1e-300, max_value=1e6, allow_nan=False),
+                          st.floats(min_value=1e-3, max_value=5.0), st.sampled_from([float(K_C), 0.01, 2.5, 3.0]))
+    _SIDES = st.sampled_from([(3, 3), (3, 4), (4, 4), (4, 3)])
+
+    @settings(max_examples=40)
+    @given(sides=_SIDES, K=_K_VALUES)
+    def test_property_torus_is_finite_physical_and_exact(sides, K):
+        """Any valid K: ln Z, u and c finite, ln Z ≥ max(N ln 2, 2NK + ln 2), u in [−2, 0], c ≥ 0,
+        and equal to the float64 enumeration of the 3×3 to 4×4 torus."""
+        rows, cols = sides
+        N = rows * cols
+        lz, u, c = (float(f(rows, cols, K)) for f in (torus_log_z, torus_energy, torus_heat_capacity))
+        assert all(math.isfinite(x) for x in (lz, u, c))
+        assert lz >= max(N * math.log(2), 2 * N * K + math.log(2)) * (1 - 1e-14)
+        assert -2 <= u <= 0 and c >= 0
+        ref = _brute(rows, cols, K)
+        assert lz == pytest.approx(ref[0], rel=1e-13)
+        assert u == pytest.approx(ref[1], rel=1e-9, abs=1e-15)
+        assert c == pytest.approx(ref[2], rel=5e-8, abs=1e-300)  # the series' truncation: ~e^{-8K} relative
+
+    @settings(max_examples=40)
+    @given(K=_K_VALUES)
+    def test_property_infinite_lattice_is_finite_and_physical(K):
+        """Any valid K: −βf finite and ≥ max(ln 2, 2K), u in [−2, 0], c ≥ 0 (+inf only at K_C)."""
+        lz, u, c = (float(f(K)) for f in (onsager_log_z_per_spin, onsager_energy, onsager_heat_capacity))
+        assert math.isfinite(lz) and lz >= max(math.log(2), 2 * K) * (1 - 1e-14)
+        assert -2 <= u <= 0 and c >= 0 and (math.isfinite(c) or K == float(K_C))
+
+    @settings(max_examples=30)
+    @given(K=st.one_of(st.floats(max_value=0.0), st.just(float("nan")), st.just(float("inf")), st.text(max_size=3),
+                       st.just(1 + 2j), st.booleans()),
+           sides=st.one_of(_SIDES, st.tuples(st.integers(-3, 2), st.integers(3, 5)),
+                           st.tuples(st.just(3.0), st.just(4))))
+    def test_property_bad_arguments_raise_a_library_error(K, sides):
+        """A coupling ≤ 0, non-finite, non-real or non-numeric, or a side below 3 or not an int:
+        IsingInputError, never a value."""
+        for f in (lambda k: torus_log_z(*sides, k), onsager_log_z_per_spin, onsager_energy):
+            with pytest.raises(IsingInputError):
+                f(K)
