@@ -73,8 +73,9 @@ def choose_reference(model: IsingModel) -> tuple:
                "planar": "zero fields on a planar graph or lattice torus"}.get(name, "it accepts the model")
         reason = f"{name} ({why})" + (f"; not {'; not '.join(refused)}" if refused else "")
         return name, engine, reason
-    raise IsingInputError("no exact reference applies to this model (" + "; ".join(refused) + "). Pass "
-                          "reference='<engine name>' (an approximate engine; errors are then relative to it).")
+    raise IsingInputError("no exact reference applies to this model (" + "; ".join(refused) + "). Pass an "
+                          "approximate engine as the reference, e.g. --reference gibbs or reference='gibbs' (errors "
+                          "are then relative to it).")
 
 
 class Comparison(list):
@@ -91,7 +92,7 @@ class Comparison(list):
 
 def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Union[str, Engine]]], *,
             key: jax.Array, reference: Union[str, Engine, None] = None, progress: bool = False,
-            log_z_reference=None) -> Comparison:
+            log_z_reference=None, reference_reason: str = "") -> Comparison:
     """Run every engine on ``model`` (one unbatched model) and score it against a reference.
 
     The reference is the exact engine that applies (:func:`choose_reference`: Exact, Banded,
@@ -128,22 +129,21 @@ def compare(model: IsingModel, engines: Union[Mapping[str, Engine], Sequence[Uni
         items = list(engines.items())
     else:
         items = [(e, get(e)) if isinstance(e, str) else (type(e).__name__, e) for e in engines]
-    reason = ""
+    reason = reference_reason  # the caller's words for a reference it chose (choose_reference)
     if reference is None or reference == "auto":
-        reference, ref_engine, reason = choose_reference(model)
-    ref_name = reference if isinstance(reference, str) else type(reference).__name__
-    if reason:
-        pass  # chosen above
-    elif ref_name == "tree":
-        ref_engine = _TreeReference()
-    elif ref_name == "exact":
+        ref_name, ref_engine, reason = choose_reference(model)
+    elif not isinstance(reference, str):
+        ref_name, ref_engine = type(reference).__name__, reference
+    elif reference == "tree":
+        ref_name, ref_engine = reference, _TreeReference()
+    elif reference == "exact":
         if model.n > EXACT_MAX_N:
             raise IsingInputError(
                 f"n = {model.n} is too large for an exact reference (at most {EXACT_MAX_N} spins); "
                 "pass reference='<engine name>' (an approximate engine, e.g. 'gibbs'; errors are then relative to it).")
-        ref_engine = Exact(corr=True)
+        ref_name, ref_engine = reference, Exact(corr=True)
     else:
-        ref_engine = get(reference) if isinstance(reference, str) else reference
+        ref_name, ref_engine = reference, get(reference)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     keys = jax.random.split(key, len(items) + 1)
     t0 = time.perf_counter()

@@ -157,7 +157,7 @@ def _compare(args) -> int:
     import jax
     import numpy as np
 
-    from isingattn.compare import EXACT_MAX_N, compare, format_table, plot_comparison
+    from isingattn.compare import EXACT_MAX_N, choose_reference, compare, format_table, plot_comparison
     from isingattn.inference import available
 
     if not args.engines:
@@ -166,20 +166,32 @@ def _compare(args) -> int:
     if unknown:
         raise _error(f"--engines {','.join(args.engines)}: unknown engine(s) {', '.join(map(repr, unknown))}; "
                      f"available: {', '.join(available())}.")
-    if args.reference not in available() and args.reference != "tree":
-        raise _error(f"--reference {args.reference}: unknown engine; available: tree (dwave-samplers' "
-                     f"TreeDecompositionSampler, exact for low treewidth), {', '.join(available())}.")
-    if args.reference_kw and args.reference == "tree":
-        raise _error("--reference-kw: the tree reference takes no settings.")
+    if args.reference not in available() and args.reference not in ("tree", "auto"):
+        raise _error(f"--reference {args.reference}: unknown engine; available: auto (the exact engine that applies), "
+                     f"tree (dwave-samplers' TreeDecompositionSampler, exact for low treewidth), {', '.join(available())}.")
+    if args.reference_kw and args.reference in ("tree", "auto"):
+        raise _error(f"--reference-kw: the {args.reference} reference takes no settings.")
     reference = args.reference
     # compare reads a graph's band from the graph (a strip wider than Banded's default 8 still works)
     banded_kw = lambda name, kw: kw if name != "banded" or "bandwidth=" in kw else ",".join(filter(None, [kw, "bandwidth=null"]))
-    if args.reference not in ("exact", "tree"):
+    if args.reference not in ("exact", "tree", "auto"):
         reference = _engine_from_args(args.reference, banded_kw(args.reference, args.reference_kw), option="--reference",
                                       kw_option="--reference-kw")[0]
     if args.out:
         _check_writable(args.out, "--out")
     model = _load_model(args)
+    reason = ""
+    given = f"--n {model.n}" if args.graph in GRAPHS else f"--graph {args.graph} (n = {model.n})"
+    if args.reference == "auto":  # the exact engine that applies, and why
+        from isingattn.errors import IsingInputError
+
+        try:
+            ref_name, reference, reason = choose_reference(model)
+        except IsingInputError as e:
+            raise _error(f"{given}: {e} Or pass --reference tree (low treewidth), or use --n ≤ {EXACT_MAX_N}.") from None
+        print(f"reference: {reason}", file=sys.stderr)
+    else:
+        ref_name = args.reference
     engine_kw = {}
     for item in args.engine_kw:
         name, colon, kw = item.partition(":")
@@ -194,7 +206,7 @@ def _compare(args) -> int:
         from isingattn.model import DENSE_LIMIT_BYTES
 
         dense = model.dense_J_bytes
-        runs = dict(engines, **({args.reference: reference} if args.reference not in ("exact", "tree") else {}))
+        runs = dict(engines, **({ref_name: reference} if ref_name not in ("exact", "tree") else {}))
         heavy = sorted(name for name, e in runs.items() if not e.sparse_native)
         if heavy and dense > DENSE_LIMIT_BYTES:
             native = [n for n in available() if get(n).sparse_native]
@@ -202,8 +214,7 @@ def _compare(args) -> int:
                          f"{dense / 2**30:.3g} GiB. Use engines that work on sparse graphs ({', '.join(native)}) and "
                          "--reference tree or one of them.")
     if args.reference == "exact" and model.n > EXACT_MAX_N:
-        given = f"--n {model.n}" if args.graph in GRAPHS else f"--graph {args.graph} (n = {model.n})"
-        raise _error(f"{given}: the exact reference (--reference exact, the default) handles at most "
+        raise _error(f"{given}: the exact reference (--reference exact) handles at most "
                      f"{EXACT_MAX_N} spins; pass --reference tree (low treewidth) or an approximate engine, "
                      f"e.g. --reference gibbs (errors are then relative to it), or use --n ≤ {EXACT_MAX_N}.")
     too_small = [f"{name} (at most {e.max_n})" for name, e in engines.items()
@@ -214,11 +225,11 @@ def _compare(args) -> int:
     t0 = time.perf_counter()
     log_z_ref, lz_note = _exact_log_z(args, model)
     rows = compare(model, engines, key=jax.random.PRNGKey(args.seed), reference=reference, progress=True,
-                   log_z_reference=log_z_ref)
+                   log_z_reference=log_z_ref, reference_reason=reason)
     mcse = rows.reference.info.get("mcse") if isinstance(rows.reference.info, dict) else None
     precision = "" if mcse is None else f" (its MCSE: max {float(np.max(mcse)):.2g}, mean {float(np.mean(mcse)):.2g})"
     title = (f"engines on {args.graph} n={model.n} beta={float(model.beta):g} (seed {args.seed})"
-             + ("" if args.reference == "exact" else f", errors relative to {args.reference}{precision}") + lz_note)
+             + ("" if ref_name == "exact" else f", errors relative to {reason or ref_name}{precision}") + lz_note)
     print(f"compare: {time.perf_counter() - t0:.1f} s in all", file=sys.stderr)
     print(title + "\n\n" + format_table(rows, markdown=not args.plain))
     if args.out:
@@ -374,8 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="couplings ~ N(0, j_scale²); without it 1/sqrt(n)")
     c.add_argument("--engines", type=_names, default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa",
                    help="comma-separated engines (registry names) to compare")
-    c.add_argument("--reference", default="exact",
-                   help="what the errors are measured against: exact (n ≤ 24), tree (dwave-samplers' "
+    c.add_argument("--reference", default="auto",
+                   help="what the errors are measured against: auto (the default: the exact engine that applies, "
+                        "exact, banded, junction-tree or planar, named with why), exact (n ≤ 24), tree (dwave-samplers' "
                         "TreeDecompositionSampler: exact for low treewidth, e.g. strips), or an engine (e.g. banded for "
                         "strips, or a long gibbs run with --reference-kw; its MCSE is printed)")
     c.add_argument("--reference-kw", default="", help="settings of the reference engine, e.g. num_samples=20000,num_chains=16; without it its defaults")
