@@ -30,7 +30,7 @@ import numpy as np
 
 from isingattn import IsingModel
 from isingattn.inference.dqa.engine import _energy_tables, DQA
-from isingattn.inference.dqa.circuit import _measure, evolve, kappa, schedule_coefficients
+from isingattn.inference.dqa.circuit import measure, evolve, kappa, schedule_coefficients
 from isingattn.inference.dqa.pseudolikelihood import pseudo_likelihood_beta
 from isingattn.energy import spin_table
 from isingattn.testing import brute_force
@@ -109,7 +109,7 @@ def section_runtime(n=12, M=64, shots=1024, repeats=3):
             ts.append(time.perf_counter() - t)
         print(f"| {name} | {tc:.2f} | {min(ts):.3f} |")
     probs = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(0), (M, 2**n)), -1)
-    cdf = jax.jit(lambda k, p: _measure(k, p, shots))
+    cdf = jax.jit(lambda k, p: measure(k, p, shots))
     cat = jax.jit(lambda k, p: jax.vmap(lambda kk, pp: jax.random.categorical(kk, jnp.log(pp), shape=(shots,)))(
         jax.random.split(k, M), p))
     for name, f in [("sampling only: inverse CDF (used)", cdf), ("sampling only: jax.random.categorical", cat)]:

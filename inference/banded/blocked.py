@@ -9,7 +9,7 @@ from isingattn.inference.banded.band import BLOCK_MAX, MAX_BLOCKS, block_len
 from isingattn.inference.banded.vjp import blocked
 
 
-def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr: bool):
+def blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr: bool):
     """Static check whether the blocked path applies; returns ``(lead, k)`` or None.
 
     The batch is split into ``lead`` dims and ``k`` trailing "row" dims over which J is
@@ -34,11 +34,11 @@ def _blocked_layout(h_shape, J_shape, w: int, causal: bool, user_mask, want_corr
     return batch, jb, k
 
 
-def _blocked(h, J, beta, w: int, causal: bool, layout):
+def blocked_solve(h, J, beta, w: int, causal: bool, layout):
     """Exact ``mean``, ``log_z`` and the underflow bound ``lost`` (as ``_scaled``) by forward–backward that adds
     ``k`` spins per step to a window of ``L ≥ w`` spins (``L = 2k``, or ``L = k``), with a hand-written VJP:
     :func:`isingattn.inference.banded.vjp.blocked` (the algorithm, its derivation and its layouts are there).
-    ``layout`` from :func:`_blocked_layout`."""
+    ``layout`` from :func:`blocked_layout`."""
     if banded_native.applies(h, beta, w):  # the same forward–backward as a CPU kernel
         return banded_native.native(h, J, beta, w, causal, layout)
     return blocked(h, J, beta, w, causal, layout)

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from isingattn.inference.banded.band import band
-from isingattn.inference.banded.blocked import _blocked, _blocked_layout
+from isingattn.inference.banded.blocked import blocked_solve, blocked_layout
 from isingattn.inference.exact.engine import LOST_MASS_TOL
 from jax import lax
 
@@ -78,7 +78,7 @@ def band_violation(J, bandwidth: Optional[int] = None):
     return int(np.max(np.where(nz, dist, 0), initial=0))
 
 
-def _band_message(bandwidth: int, dist: Optional[int] = None) -> str:
+def band_message(bandwidth: int, dist: Optional[int] = None) -> str:
     at = f"at distance {dist}" if dist is not None else f"beyond distance {bandwidth}"
     wider = f"Banded(bandwidth={dist})" if dist is not None else "a larger bandwidth"
     return (f"Banded(bandwidth={bandwidth}) needs J_jk = 0 for |j - k| > {bandwidth}, but J has a nonzero coupling {at}. "
@@ -127,7 +127,7 @@ class Banded(Engine):
     """
 
     exact: ClassVar[bool] = True
-    native_causal: ClassVar[bool] = True  # causal queries are swept over their own prefix (_blocked)
+    native_causal: ClassVar[bool] = True  # causal queries are swept over their own prefix (blocked_solve)
     sparse_native: ClassVar[bool] = True  # the band is scattered from the edges (band)
     bandwidth: Optional[int] = eqx.field(static=True, default=8, converter=V.plain)
     corr: bool = eqx.field(static=True, default=False, converter=V.plain)
@@ -157,7 +157,7 @@ class Banded(Engine):
                 raise IsingInputError(_pattern_message(dist))
             return dataclasses.replace(self, bandwidth=max(dist, 1))
         if dist is not None and dist > self.bandwidth:  # eager, with a message that names both
-            raise IsingInputError(_band_message(self.bandwidth, dist))
+            raise IsingInputError(band_message(self.bandwidth, dist))
         return self
 
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
@@ -170,13 +170,13 @@ def _solve(model: IsingModel, w: int, want_corr: bool, blocked: bool = True) -> 
     h, J, beta = model.h, model.J, model.beta
     if isinstance(J, SparseCouplings):  # static: an edge beyond the band would be dropped by band
         if J.graph.bandwidth > w:
-            raise IsingInputError(_band_message(w, J.graph.bandwidth))
+            raise IsingInputError(band_message(w, J.graph.bandwidth))
     else:
         J = V.nan_where(J, band_violation(J, w) > w)  # traced J: a coupling beyond the band makes the result NaN
     act = model.active()  # [..., n] bool or None
     user_mask = model.mask
     mean_fn = lambda hh: _forward_backward(hh, J, beta, act, user_mask, w)
-    layout = _blocked_layout(h.shape, J.shape, w, model.causal, user_mask, want_corr) if blocked else None
+    layout = blocked_layout(h.shape, J.shape, w, model.causal, user_mask, want_corr) if blocked else None
     if layout is not None:
         mean, log_z, stable = _blocked_or_sweep(h, J, beta, act, w, model.causal, layout)
     else:
@@ -198,7 +198,7 @@ def _blocked_or_sweep(h, J, beta, act, w: int, causal: bool, layout):
     VJP (autodiff) runs, inside ``lax.cond``, only when some model failed. (A differentiated ``lax.cond``
     with the sweep in a branch, as before, made XLA allocate and zero the sweep's residuals on every
     step even when no model failed: about 40% of the training step at T=256.)"""
-    blocked = lambda h, J, beta: _blocked(h, J, beta, w, causal, layout)
+    blocked = lambda h, J, beta: blocked_solve(h, J, beta, w, causal, layout)
     sweep = lambda h, J, beta, act: _forward_backward(h, J, beta, act, None, w)
 
     def forward(h, J, beta, act):

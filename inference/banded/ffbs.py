@@ -34,7 +34,7 @@ from isingattn import prng
 from isingattn import validate as V
 from isingattn.energy import spin_table
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference.banded.engine import _band_message, _chain, band_violation
+from isingattn.inference.banded.engine import band_message, _chain, band_violation
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
@@ -78,7 +78,7 @@ def sample_banded(model: IsingModel, *, key, num_samples: int, bandwidth: Option
         bandwidth = max(int(dist), 1)
     w = V.positive_int("bandwidth", bandwidth, owner="sample_banded", hi=MAX_SAMPLE_BANDWIDTH)
     if dist is not None and not is_traced(dist) and int(dist) > w:
-        raise IsingInputError(_band_message(w, int(dist)))
+        raise IsingInputError(band_message(w, int(dist)))
     if dist is None:  # traced dense J: a coupling beyond the band makes the draws NaN, never wrong
         J = V.nan_where(J, band_violation(J, w) > w)
     return _ffbs(model.h, J, model.beta, model.mask, key, S=S, w=w)

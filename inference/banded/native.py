@@ -105,7 +105,7 @@ def _library():
 
 
 def applies(h, beta, w: int) -> bool:
-    """Static: whether the native kernel serves this call (``_blocked``'s layout already applies)."""
+    """Static: whether the native kernel serves this call (``blocked_solve``'s layout already applies)."""
     return (jax.default_backend() == "cpu" and h.dtype in (jnp.float32, jnp.float64) and jnp.size(beta) == 1
             and 2**w <= MAX_STATES and _library() is not None)
 
@@ -145,7 +145,7 @@ def _core(lengths: np.ndarray):
 
 def native(h, J, beta, w: int, causal: bool, layout):
     """``mean [*batch, n]``, ``log_z [*batch]`` and ``lost [*batch]`` as :func:`banded_vjp.blocked` returns
-    them, from the native kernel. ``layout`` from ``_blocked_layout``."""
+    them, from the native kernel. ``layout`` from ``blocked_layout``."""
     batch, jb, _ = layout
     dt = h.dtype
     n = h.shape[-1]

@@ -363,7 +363,7 @@ def _core(plan: Plan):
 def blocked(h, J, beta, w: int, causal: bool, layout):
     """Exact ``mean [*batch, n]``, ``log_z [*batch]`` and the underflow bound ``lost [*batch]`` (log of
     the relative mass lost, as ``Banded``'s sweep reports it) of the models ``(h, J, beta)``, by the
-    blocked forward–backward with the hand-written VJP. ``layout`` from ``_blocked_layout`` (not None)."""
+    blocked forward–backward with the hand-written VJP. ``layout`` from ``blocked_layout`` (not None)."""
     batch, jb, _ = layout
     dt = h.dtype
     n = h.shape[-1]

@@ -36,7 +36,7 @@ def schedule_coefficients(tau: float, num_steps: int, schedule: Schedule = "line
     Returns ``phase [K+1]`` and ``mix [K]``: the circuit is ``P_K M_{K-1} P_{K-1} ... M_0 P_0``
     with ``P_l = exp(-i phase_l H_z)`` and ``M_k = exp(-i mix_k H_x)``.
     """
-    _check_config(tau=tau, num_steps=num_steps, schedule=schedule, order=order)
+    check_config(tau=tau, num_steps=num_steps, schedule=schedule, order=order)
     K = int(num_steps)
     dt = float(tau) / K
     s = (np.arange(K) + 0.5) / K
@@ -120,7 +120,7 @@ def evolve(E, phase, mix):
     return psi.reshape(batch + (N,))
 
 
-def _measure(key, probs, num_shots: int):
+def measure(key, probs, num_shots: int):
     """Inverse-CDF sampling of ``num_shots`` basis indices per row of ``probs [M, N]``.
 
     ``jax.random.categorical`` would draw a Gumbel per shot *and* basis state
@@ -156,7 +156,7 @@ def fast_anneal_theory(E, kappa_value):
 # ---- engine -------------------------------------------------------------------------------
 
 
-def _check_config(*, tau=1.0, num_steps=1, schedule="linear", order=2, num_shots=1, calibration_steps=0,
+def check_config(*, tau=1.0, num_steps=1, schedule="linear", order=2, num_shots=1, calibration_steps=0,
                   calibrate_from="state", max_n=MAX_N, kl_max_n=16, calibration_rtol=0.05, calibrate=True,
                   rao_blackwell=False, owner="DQA"):
     """Every setting, checked by :mod:`isingattn.validate` (counts are ints, not bools,

@@ -98,8 +98,8 @@ import numpy as np
 from isingattn.inference.dqa.calibration import calibrate_scales, representable_range
 from isingattn.inference.dqa.circuit import (
     MAX_N,
-    _check_config,
-    _measure,
+    check_config,
+    measure,
     evolve,
     schedule_coefficients,
 )
@@ -169,7 +169,7 @@ def _simulate(key, Eh, EJ, beta, h, J, *, n, phase, mix, kap, num_shots, calibra
         return p / jnp.sum(p, -1, keepdims=True)
 
     def shots(k, probs):
-        idx = _measure(k, probs, num_shots)
+        idx = measure(k, probs, num_shots)
         return spins_from_index(idx, n, dt)  # [M, S, n]
 
     def fit_state(probs, max_iter=30):
@@ -318,7 +318,7 @@ class DQA(Engine):
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=plain)
 
     def __check_init__(self):
-        _check_config(tau=self.tau, num_steps=self.num_steps, schedule=self.schedule, order=self.order,
+        check_config(tau=self.tau, num_steps=self.num_steps, schedule=self.schedule, order=self.order,
                       num_shots=self.num_shots, calibration_steps=self.calibration_steps,
                       calibrate_from=self.calibrate_from, max_n=self.max_n, kl_max_n=self.kl_max_n,
                       calibration_rtol=self.calibration_rtol, calibrate=self.calibrate,

@@ -329,7 +329,7 @@ def test_blocked_path_matches_sweep(n, w, causal, beta, seed, banded_kernel):
     gradients, float64, and the result is the blocked path's own (within its underflow
     bound), not the sweep it falls back to."""
     from isingattn.inference.banded.band import block_len, CAUSAL_GROUPS
-    from isingattn.inference.banded.blocked import _blocked, _blocked_layout
+    from isingattn.inference.banded.blocked import blocked_solve, blocked_layout
     from isingattn.inference.exact.engine import LOST_MASS_TOL
 
     L, k = block_len(n, w)
@@ -357,8 +357,8 @@ def test_blocked_path_matches_sweep(n, w, causal, beta, seed, banded_kernel):
     for a, b in zip(gb, gs):
         assert_close(a, np.asarray(b), 1e-10, "gradient")
     assert not np.any(np.asarray(mb.info["stable_path"]))
-    layout = _blocked_layout(h.shape, J.shape, w, causal, None, False)
-    lost = jax.jit(lambda h, J: _blocked(h, J, beta, w, causal, layout)[2])(jnp.asarray(h), jnp.asarray(J))
+    layout = blocked_layout(h.shape, J.shape, w, causal, None, False)
+    lost = jax.jit(lambda h, J: blocked_solve(h, J, beta, w, causal, layout)[2])(jnp.asarray(h), jnp.asarray(J))
     assert np.all(np.asarray(lost) <= np.log(LOST_MASS_TOL))
     if causal:  # masked entries are exactly 0
         iu = np.triu_indices(n, 1)

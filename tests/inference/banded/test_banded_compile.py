@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from isingattn.inference.banded.band import block_len, CAUSAL_GROUPS
-from isingattn.inference.banded.blocked import _blocked, _blocked_layout
+from isingattn.inference.banded.blocked import blocked_solve, blocked_layout
 
 
 def _count_eqns(jaxpr) -> int:
@@ -31,11 +31,11 @@ def _count_eqns(jaxpr) -> int:
 def _blocked_program_size(n, w, causal):
     h = jnp.zeros((2, n, n) if causal else (3, n))
     J = jnp.zeros((1, n, n) if causal else (n, n))
-    layout = _blocked_layout(h.shape, J.shape, w, causal, None, False)
+    layout = blocked_layout(h.shape, J.shape, w, causal, None, False)
     assert layout is not None  # the blocked path applies
 
     def f(h, J):
-        mean, log_z, _ = _blocked(h, J, 1.0, w, causal, layout)
+        mean, log_z, _ = blocked_solve(h, J, 1.0, w, causal, layout)
         return jnp.sum(mean) + jnp.sum(log_z)
 
     fwd = _count_eqns(jax.make_jaxpr(f)(h, J).jaxpr)

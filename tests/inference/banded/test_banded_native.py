@@ -16,7 +16,7 @@ import pytest
 
 from isingattn import IsingModel
 from isingattn.inference.banded import Banded, native as banded_native
-from isingattn.inference.banded.blocked import _blocked_layout
+from isingattn.inference.banded.blocked import blocked_layout
 from isingattn.inference.exact.engine import LOST_MASS_TOL
 
 native_only = pytest.mark.skipif(banded_native._library() is None, reason="no C++ compiler: no native kernel")
@@ -71,7 +71,7 @@ def test_values_and_gradients_match_enumeration(G, B, n, w, causal):
     """mean, log Z and the gradient (h, J, β) of Σ c·mean + 0.3 Σ sin(log Z) equal float64 enumeration
     (autodiff through it) to 1e-10; masked entries of causal models are exactly 0."""
     h, J, beta = case(G * 100 + n, G, B, n, w, causal)
-    layout = _blocked_layout(h.shape, J.shape, w, causal, None, False)
+    layout = blocked_layout(h.shape, J.shape, w, causal, None, False)
     mine = lambda h, J, beta: banded_native.native(h, J, beta, w, causal, layout)
     ref = lambda h, J, beta: brute(h, J, beta, causal)
     (m, lz, lost), (mr, lzr) = mine(h, J, beta), ref(h, J, beta)
@@ -95,7 +95,7 @@ def test_values_and_gradients_match_enumeration(G, B, n, w, causal):
 @native_only
 def test_float32_matches_float64_enumeration():
     h, J, beta = case(5, 2, 3, 12, 6, True)
-    layout = _blocked_layout(h.shape, J.shape, 6, True, None, False)
+    layout = blocked_layout(h.shape, J.shape, 6, True, None, False)
     m, lz, _ = banded_native.native(h.astype(jnp.float32), J.astype(jnp.float32), beta.astype(jnp.float32), 6, True,
                                     layout)
     mr, lzr = brute(h, J, beta, True)
@@ -114,7 +114,7 @@ def test_float32_accuracy_does_not_degrade_with_the_window():
     J = band_J(rng, 1, n, w, 0.3)[0, 0, 0]
     mr, lzr = brute(jnp.asarray(h), jnp.asarray(J), 0.9, False)
     m, lz, _ = banded_native.native(jnp.asarray(h, jnp.float32), jnp.asarray(J, jnp.float32), jnp.float32(0.9), w,
-                                    False, _blocked_layout(h.shape, J.shape, w, False, None, False))
+                                    False, blocked_layout(h.shape, J.shape, w, False, None, False))
     np.testing.assert_allclose(np.asarray(m, np.float64), mr, rtol=0, atol=5e-7)
     np.testing.assert_allclose(np.asarray(lz, np.float64), lzr, rtol=0, atol=5e-6)
 
@@ -127,7 +127,7 @@ def test_underflow_bound_flags_every_inaccurate_float32_row():
     n, w = 10, 4
     h, J, beta = case(11, 2, 4, n, w, True, h_scale=60.0, J_scale=25.0)
     h32, J32, b32 = (x.astype(jnp.float32) for x in (h, J, beta))
-    m, _, lost = banded_native.native(h32, J32, b32, w, True, _blocked_layout(h.shape, J.shape, w, True, None, False))
+    m, _, lost = banded_native.native(h32, J32, b32, w, True, blocked_layout(h.shape, J.shape, w, True, None, False))
     mr, _ = brute(h, J, beta, True)
     passed = np.asarray(lost) <= math.log(LOST_MASS_TOL)
     err = np.abs(np.asarray(m, np.float64) - np.asarray(mr)).max(-1)
@@ -151,7 +151,7 @@ def test_underflow_bound_holds_where_a_message_max_is_far_below_one():
     beta = np.float32(0.9)
     mr, _ = brute(jnp.asarray(h, jnp.float64), jnp.asarray(J, jnp.float64), float(beta), False)
     m, _, lost = banded_native.native(jnp.asarray(h), jnp.asarray(J), jnp.asarray(beta), w, False,
-                                      _blocked_layout(h.shape, J.shape, w, False, None, False))
+                                      blocked_layout(h.shape, J.shape, w, False, None, False))
     passed = np.asarray(lost) <= math.log(LOST_MASS_TOL)
     err = np.abs(np.asarray(m, np.float64) - np.asarray(mr)).max(-1)
     assert passed.any() and np.all(err[passed] < 1e-3)

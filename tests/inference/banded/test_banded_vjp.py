@@ -7,7 +7,7 @@ Covered: causal prefixes (every query's own model, the k offset classes, several
 doubled group count of long chains), batch axes along which J varies and along which it is shared,
 the window layouts L = 2k (w = 6, 8) and L = k (w = 3), n not a multiple of the block, several chunks
 of rows (with padding rows), β, log Z's cotangent, and a batch where one model takes the sweep fallback.
-Per-query masks never take the blocked path (``_blocked_layout``); test_banded.py covers them.
+Per-query masks never take the blocked path (``blocked_layout``); test_banded.py covers them.
 """
 
 from functools import partial
@@ -20,7 +20,7 @@ from _once import key_of, once
 
 from isingattn import IsingModel
 from isingattn.inference.banded import Banded, plan as banded_plan, vjp as banded_vjp
-from isingattn.inference.banded.blocked import _blocked, _blocked_layout
+from isingattn.inference.banded.blocked import blocked_solve, blocked_layout
 from isingattn.inference.exact.engine import LOST_MASS_TOL
 from isingattn.instances import random_model
 
@@ -119,7 +119,7 @@ def test_gradient_with_a_fallback_model_float32(banded_kernel):
     h, J, beta, c = case(8, n, w, True, (3, n, n), (3, 1, n, n))
     h, J = h.at[1].multiply(100.0), J.at[1].multiply(30.0)
     h, J, beta, c = (x.astype(jnp.float32) for x in (h, J, beta, c))
-    lost = np.asarray(_blocked(h, J, beta, w, True, _blocked_layout(h.shape, J.shape, w, True, None, False))[2])
+    lost = np.asarray(blocked_solve(h, J, beta, w, True, blocked_layout(h.shape, J.shape, w, True, None, False))[2])
     fail = lost > np.log(LOST_MASS_TOL)
     assert fail[1].any() and not fail[0].any() and not fail[2].any()
     (vb, mb), gb = value_and_grads(h, J, beta, c, w=w, causal=True, path="auto")
