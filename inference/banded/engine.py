@@ -236,7 +236,7 @@ def _blocked_or_sweep(h, J, beta, act, w: int, causal: bool, layout):
     return solve(h, J, beta, act)
 
 
-def _chain(h, J, act, user_mask, w):
+def sweep_inputs(h, J, act, user_mask, w):
     """Per-spin inputs of the sweeps, spins first: ``xs = (h_t [N, ..h], a_t [N, ..a], Jw_t [N, ..J, w])``
     (``a_t`` is 1 for active spins, 0 for removed ones), the full batch shape, the number
     of free spins per model and the block length of the sweep; ``N ≥ n`` is padded
@@ -267,7 +267,7 @@ def _forward_backward(h, J, beta, act, user_mask, w):
     The scaled path runs first; models for which its underflow bound fails are
     recomputed in log space (the whole batch, only when one fails)."""
     n = h.shape[-1]
-    xs, batch, n_off, block = _chain(h, J, act, user_mask, w)
+    xs, batch, n_off, block = sweep_inputs(h, J, act, user_mask, w)
     mean, log_z, lost = _scaled(xs, batch, beta, w, h.dtype, block)
     mean, log_z = mean[..., :n], log_z - n_off * math.log(2.0)
     fail = lost > math.log(LOST_MASS_TOL)

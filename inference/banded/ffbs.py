@@ -11,7 +11,7 @@ spin ``s_{t-w}`` that leaves the window, from
     p(s_{t-w} | x_t) ∝ α_{t-1}(s_{t-w}, s_{t-w+1..t-1}) exp(β s_t (h_t + f_t(x_{t-1}))),
 
 which is exact: the spins after ``t`` interact with spins ``≤ t`` only through ``x_t``. The
-chain is the engine's (``_chain``): ``w`` virtual free spins before spin 0, free spins padded
+chain is the engine's (``sweep_inputs``): ``w`` virtual free spins before spin 0, free spins padded
 after the last, masked spins free and uncoupled; their draws are dropped (inactive spins are
 reported as ``+1``).
 
@@ -34,7 +34,7 @@ from isingattn import prng
 from isingattn import validate as V
 from isingattn.energy import spin_table
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference.banded.engine import band_message, _chain, band_violation
+from isingattn.inference.banded.engine import band_message, band_violation, sweep_inputs
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
@@ -88,7 +88,7 @@ def sample_banded(model: IsingModel, *, key, num_samples: int, bandwidth: Option
 def _ffbs(h, J, beta, mask, key, *, S: int, w: int):
     h, J, beta = (lax.stop_gradient(x) for x in (h, J, beta))
     n, dt = h.shape[-1], h.dtype
-    xs, batch, _, _ = _chain(h, J, mask, mask, w)  # leaves [N, ...], N ≥ n (free spins padded)
+    xs, batch, _, _ = sweep_inputs(h, J, mask, mask, w)  # leaves [N, ...], N ≥ n (free spins padded)
     B = math.prod(batch)
     n_states, half = 2**w, 2 ** (w - 1)
     table = spin_table(w, dt)  # [2^w, w]: window slot k (oldest first) is bit w-1-k of the state
