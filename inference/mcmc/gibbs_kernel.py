@@ -1,7 +1,7 @@
 """The heat-bath kernel that Gibbs runs: the chain state, the pure sweep
 (``gibbs_sweep(key, state, ...)``) with its heat-bath block update, the colour-class
 sweep and initial spins. The systematic scan is the shared skeleton of
-inference/sweep.py."""
+inference/mcmc/sweep.py."""
 
 from __future__ import annotations
 

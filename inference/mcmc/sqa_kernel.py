@@ -1,7 +1,7 @@
 """The path-integral (Trotter-ring) kernel that SQA runs: the state, the pure Metropolis
 sweep over every replica (``sqa_sweep(key, state, ...)``) with its ring block update, the
 ring coupling and the Γ schedules. The scan over spins is the shared skeleton of
-inference/sweep.py; the moves are described in the docstring of inference/sqa.py."""
+inference/mcmc/sweep.py; the moves are described in the docstring of inference/mcmc/sqa.py."""
 
 from __future__ import annotations
 
