@@ -22,7 +22,7 @@ with index arrays ``[C, 2^K]``.
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -243,24 +243,40 @@ class Plan:
             M += 2 ** (K - R)
         self.M = int(M)
         self.roots = np.asarray([off[i] for i, s in enumerate(steps) if not s.sep], np.int64)
-        edge_slot = {}  # step -> list of (i, j, e)
-        for e, (a, b) in enumerate(edges.tolist()):
-            (ia, ra), (ib, rb) = done_at[a], done_at[b]
-            first, other = (a, b) if (ia, ra) < (ib, rb) else (b, a)
+        self._steps, self._dims, self._cuts, self._bounds = steps, dims, cuts, bounds
+        self._seg_of_step, self._off, self._edges, self._done_at = seg_of_step, off, edges, done_at
+        self.entries = self.work = self.biggest = 0
+        for q, (a, b) in enumerate(cuts):
+            K, R = dims[q]
+            m = int(bounds[b] - bounds[a])
+            C = max(1, max(len(steps[i].children) for i in range(bounds[a], bounds[b])))
+            self.entries += m * 2**K
+            self.work += m * 2**K * (C + 2)
+            self.biggest = max(self.biggest, 2**K * (C + 3))
+
+    @functools.cached_property
+    def segments(self) -> list[Segment]:
+        """The scans with their index arrays (built on first use: their size is the plan's work,
+        so a plan refused for its width never builds them)."""
+        steps, dims, bounds, off, n, M = self._steps, self._dims, self._bounds, self._off, self.n, self.M
+        seg_of_step, done_at = self._seg_of_step, self._done_at
+        edge_slot = {}  # step -> list of (eliminated slot, other spin, edge)
+        for e, (a, b) in enumerate(self._edges.tolist()):
+            first, other = (a, b) if done_at[a] < done_at[b] else (b, a)
             i, r = done_at[first]
             edge_slot.setdefault(i, []).append((r, other, e))
-        self.segments = []
-        self.entries = 0
-        for q, (a, b) in enumerate(cuts):
+        it = np.int32 if M < 2**31 - 1 else np.int64
+        segments = []
+        for q, (a, b) in enumerate(self._cuts):
             K, R = dims[q]
             ids = list(range(bounds[a], bounds[b]))
             C = max(1, max(len(steps[i].children) for i in ids))
             m = len(ids)
             x = np.arange(2**K, dtype=np.int64)
-            gidx = np.full((m, C, 2**K), M, np.int64)
-            hidx = np.full((m, R), n, np.int64)
-            sidx = np.full((m, K - R), n, np.int64)
-            widx = np.full((m, R, K), self.E, np.int64)
+            gidx = np.full((m, C, 2**K), M, it)
+            hidx = np.full((m, R), n, np.int32)
+            sidx = np.full((m, K - R), n, np.int32)
+            widx = np.full((m, R, K), self.E, np.int32)
             emask = np.zeros((m, 2**R))
             for t, i in enumerate(ids):
                 s = steps[i]
@@ -280,21 +296,17 @@ class Plan:
                 if R > r:
                     pad = _bits(np.arange(2**R, dtype=np.int64), R, list(range(r, R))).any(axis=1)
                     emask[t] = np.where(pad, -np.inf, 0.0)
-            self.segments.append(Segment(K, R, C, ids, off[ids], gidx, hidx, widx, sidx, emask))
-            self.entries += m * 2**K
-        self.work = int(sum(len(s.steps) * 2**s.K * (s.C + 2) for s in self.segments))
+            segments.append(Segment(K, R, C, ids, off[ids].astype(it), gidx, hidx, widx, sidx, emask))
+        return segments
 
     def table_bytes(self, batch: int, itemsize: int) -> int:
         """Memory of the contraction for ``batch`` models: the saved tables of every step (read
         by the downward pass), the message buffer and its cotangent, and the gathered children of
         the largest step."""
-        biggest = max((2**s.K * (s.C + 3) for s in self.segments), default=0)
-        return int(batch * itemsize * (self.entries + 2 * (self.M + 1) + biggest))
-
-    def index_bytes(self) -> int:
-        return int(sum(s.gidx.nbytes + s.widx.nbytes for s in self.segments))
+        return int(batch * itemsize * (self.entries + 2 * (self.M + 1) + self.biggest))
 
     def __repr__(self):
-        shapes = ", ".join(f"{len(s.steps)}×(K={s.K}, R={s.R})" for s in self.segments)
+        shapes = ", ".join(f"{int(self._bounds[b] - self._bounds[a])}×(K={K}, R={R})"
+                           for (a, b), (K, R) in zip(self._cuts, self._dims))
         return (f"Plan(n={self.n}, E={self.E}, treewidth={self.treewidth}, heuristic={self.heuristic!r}, "
                 f"entries={self.entries}, scans=[{shapes}])")
