@@ -76,7 +76,9 @@ def _downward(plan, saved, B, dt):
 
         def step(ct, xs, K=K, R=R, C=C, SR=SR, SY=SY):
             off, gidx, cond = xs
-            c = lax.dynamic_slice(ct, (jnp.zeros((), off.dtype), off), (B, 2 ** (K - R)))
+            at = (jnp.zeros((), off.dtype), off)
+            c = lax.dynamic_slice(ct, at, (B, 2 ** (K - R)))
+            ct = lax.dynamic_update_slice(ct, jnp.zeros_like(c), at)  # the slot is reused by an earlier step
             P = jnp.exp(cond) * c[:, None, :]  # [B, 2^R, 2^(K-R)]: the clique's marginal
             Pz = P.sum(-1)  # [B, 2^R]
             m = Pz @ SR  # [B, R]: ⟨s_i⟩ of the eliminated slots

@@ -206,7 +206,8 @@ class Plan:
         order: ``[n]`` the spins in the order they are summed out.
         treewidth: the width of this elimination (largest clique minus one).
         segments: the scans, in execution order.
-        M: rows of the message buffer (messages at their offsets); row ``M`` is the zero message.
+        M: columns of the message buffer (the live messages at their offsets); column ``M`` is the
+            zero message.
         roots: ``[R]`` offsets of the messages of root cliques (their sum is log Z).
         entries: table entries per model over all steps, padding included (the work of a pass).
         exact_entries: ``Σ 2^{|C|}`` over the maximal cliques, without padding.
@@ -236,11 +237,18 @@ class Plan:
             S = max(runs[j][1] for j in range(a, b))
             seg_of_step[bounds[a]:bounds[b]] = q
             dims.append((R + S, R))
-        off, M = np.zeros(len(steps), np.int64), 0
+        # Message slots are reused once read: a message lives from its step to its parent's, so the
+        # buffer holds the live messages only (a few for a path-like tree). A step takes its slot
+        # before freeing its children's, so it never writes over a message it reads.
+        off, M, free = np.zeros(len(steps), np.int64), 0, {}
+        size = lambda i: 2 ** (dims[seg_of_step[i]][0] - dims[seg_of_step[i]][1])
         for i in range(len(steps)):
-            K, R = dims[seg_of_step[i]]
-            off[i] = M
-            M += 2 ** (K - R)
+            if free.get(size(i)):
+                off[i] = free[size(i)].pop()
+            else:
+                off[i], M = M, M + size(i)
+            for c in steps[i].children:
+                free.setdefault(size(c), []).append(off[c])
         self.M = int(M)
         self.roots = np.asarray([off[i] for i, s in enumerate(steps) if not s.sep], np.int64)
         self._steps, self._dims, self._cuts, self._bounds = steps, dims, cuts, bounds
