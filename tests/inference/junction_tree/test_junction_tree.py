@@ -61,7 +61,7 @@ def test_plans_of_every_heuristic_eliminate_each_spin_once():
 # ---- against the float64 brute force -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed, n, p", [(0, 9, 0.45), (1, 14, 0.3), (2, 12, 0.6)])
+@pytest.mark.parametrize("seed, n, p", [(0, 9, 0.45), (1, 14, 0.4)])
 def test_matches_brute_force_on_random_graphs(seed, n, p):
     h, J = random_dense(seed, n, p)
     out = JunctionTree().marginals(IsingModel(h, J, 0.9))
@@ -113,10 +113,10 @@ def king_graph(rows, cols) -> CouplingGraph:
     return CouplingGraph(G.number_of_nodes(), np.asarray(G.edges))
 
 
-@pytest.mark.parametrize("name", ["chimera3", "king8x24", "lattice7x9"])
+@pytest.mark.parametrize("name", ["chimera3", "king8x24", "lattice5x6"])
 def test_matches_tree_decomposition_sampler(name):
     g = {"chimera3": lambda: graphs.chimera(3), "king8x24": lambda: king_graph(8, 24),
-         "lattice7x9": lambda: graphs.lattice((7, 9))}[name]()
+         "lattice5x6": lambda: graphs.lattice((5, 6))}[name]()
     key = jax.random.key(len(name))
     J = graphs.random_couplings(key, g, "gaussian", 0.8, batch=(2,), dtype=jnp.float64)
     h = 0.6 * jax.random.normal(jax.random.fold_in(key, 1), (2, g.n), jnp.float64)
@@ -165,13 +165,16 @@ def test_samples_pass_chi_square_against_brute_force():
 # ---- gradients -----------------------------------------------------------------------------------
 
 
-def test_gradients_match_finite_differences_of_brute_force():
-    """d log Z / d(h, J, β) (the custom VJP: the moments) against central differences of the
-    float64 brute-force log Z, and the second-order path, d Σ c·⟨s⟩ / dh, against central
-    differences of the brute-force means."""
+@pytest.fixture(scope="module")
+def small_model():
     h, J = random_dense(7, 8, 0.5, batch=())
-    beta = 0.8
-    eng = JunctionTree().prepared(IsingModel(h, J, beta))  # the graph, for a traced dense J
+    return h, J, 0.8, JunctionTree().prepared(IsingModel(h, J, 0.8))  # prepared: the graph, for a traced J
+
+
+def test_gradients_match_finite_differences_of_brute_force(small_model):
+    """d log Z / d(h, J, β) (the custom VJP: the moments) against central differences of the
+    float64 brute-force log Z."""
+    h, J, beta, eng = small_model
     f = lambda h, J, b: eng.marginals(IsingModel(h, J, b)).log_z
     gh, gJ, gb = jax.grad(f, argnums=(0, 1, 2))(jnp.asarray(h), jnp.asarray(J), jnp.asarray(beta))
     lz = lambda h, J, b: brute_force(h, J, b)["log_z"]
@@ -186,11 +189,20 @@ def test_gradients_match_finite_differences_of_brute_force():
     np.testing.assert_allclose(gJ[a, b] + gJ[b, a], (lz(h, J + dJ, beta) - lz(h, J - dJ, beta)) / (2 * eps),
                                atol=1e-8)
     np.testing.assert_allclose(gb, (lz(h, J, beta + eps) - lz(h, J, beta - eps)) / (2 * eps), atol=1e-8)
+
+
+@pytest.mark.slow
+def test_second_order_gradients_match_finite_differences(small_model):
+    """d Σ c·⟨s⟩ / dh (autodiff through both passes) against central differences of the
+    brute-force means."""
+    h, J, beta, eng = small_model
     c = np.random.default_rng(0).normal(size=8)
     g2 = jax.grad(lambda h: jnp.dot(eng.marginals(IsingModel(h, J, beta)).mean, c))(jnp.asarray(h))
     mean = lambda h: brute_force(h, J, beta)["mean"] @ c
-    d = np.eye(8)[3] * eps
-    np.testing.assert_allclose(g2[3], (mean(h + d) - mean(h - d)) / (2 * eps), atol=1e-7)
+    eps = 1e-5
+    for i in (1, 3):
+        d = np.eye(8)[i] * eps
+        np.testing.assert_allclose(g2[i], (mean(h + d) - mean(h - d)) / (2 * eps), atol=1e-7)
 
 
 # ---- configuration, jit and refusals -----------------------------------------------------------
