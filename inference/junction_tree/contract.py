@@ -1,6 +1,6 @@
 """The numeric contraction of a junction-tree :class:`~isingattn.inference.junction_tree.plan.Plan`:
 log Z by an upward pass of batched log-sum-exp steps, and every marginal and edge correlation by
-the downward pass (DESIGN.md §9, "Junction tree / variable elimination").
+the downward pass (DESIGN.md §3, "Junction tree / variable elimination").
 
 Parameters enter as ``θ_h = β h [n, B]`` and ``θ_w = β w [E, B]`` (``B`` models sharing the graph,
 last so that a gathered row is one contiguous vector of the batch). A step of a scan, on a table

@@ -1,5 +1,5 @@
 """Exact inference on any coupling graph of moderate treewidth: the junction tree
-(DESIGN.md §9, "Junction tree / variable elimination").
+(DESIGN.md §3, "Junction tree / variable elimination").
 
 The spins are summed out one clique at a time in an elimination order chosen on the host
 (:mod:`~isingattn.inference.junction_tree.order`, the cheapest of several heuristics, or the
@@ -37,7 +37,7 @@ MAX_BYTES = 2**31  # default memory budget of one call (the saved tables of a ba
 @functools.lru_cache(maxsize=32)
 def plan_for(graph: CouplingGraph, order: Union[str, tuple]) -> Plan:
     """The contraction plan of ``graph`` in ``order``: a heuristic's name, ``"auto"`` (the
-    least work of :data:`~isingattn.inference.junction_tree.order.HEURISTICS`), or a tuple of
+    least work of min-fill, min-degree, natural and rcm), or a tuple of
     spin indices. Cached per (graph, order)."""
     n, edges = graph.n, graph.edges
     if isinstance(order, tuple):
@@ -81,7 +81,7 @@ class JunctionTree(Engine):
     nonzero pairs ``i < j`` in row-major order for dense ``J``), ``info["treewidth"] [...]``,
     ``info["elimination_order"] [..., n]`` (the spins in the order they are summed out) and,
     with ``corr=True``, the full ``corr [..., n, n]`` by linear response (one forward-mode
-    pass per spin: for modest ``n``). Exact samples: :func:`~isingattn.inference.junction_tree.ffbs.sample_junction_tree`.
+    pass per spin: for modest ``n``). Exact samples: :func:`~isingattn.inference.junction_tree.sample_junction_tree`.
 
     Args:
         order: ``"auto"`` (default: min-fill, min-degree, the given order and reverse

@@ -1,5 +1,5 @@
 """Exact samples on the junction tree: forward filtering (the upward pass), backward sampling
-down the tree (DESIGN.md §9, "Junction tree / variable elimination").
+down the tree (DESIGN.md §3, "Junction tree / variable elimination").
 
 The upward pass leaves, at every step, the log conditional ``T(z, y) - m(y) = log p(z | y)`` of
 the spins ``z`` it summed out given its separator ``y`` (the spins outside its subtree interact

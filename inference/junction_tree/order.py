@@ -1,4 +1,4 @@
-"""Elimination orders for the junction tree (DESIGN.md §9, "Junction tree / variable elimination").
+"""Elimination orders for the junction tree (DESIGN.md §3, "Junction tree / variable elimination").
 
 Eliminating the spins of a graph one at a time in an order ``π`` joins the neighbours of each
 eliminated spin into a clique; the largest clique has ``width + 1`` spins and the exact

@@ -1,5 +1,5 @@
 """The static plan of a junction-tree contraction: cliques, messages, and the scans that run
-them (DESIGN.md §9, "Junction tree / variable elimination"). Host-side numpy work on the graph
+them (DESIGN.md §3, "Junction tree / variable elimination"). Host-side numpy work on the graph
 alone, cached per (graph, order).
 
 **Cliques.** Eliminating spin ``v`` in the order joins its remaining neighbours ``N_v`` (its
