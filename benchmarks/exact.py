@@ -30,7 +30,7 @@ those two GEMMs alone at the engine's shapes.
 Run:  python benchmarks/exact.py            (about 2 minutes on a 2-core CPU)
       python benchmarks/exact.py --ns 12 16 --q 64 --repeats 3 --anchor-queries 2
 
-Junction tree (``--junction-tree``, DESIGN.md §9): ``JunctionTree`` on batches of ``--jt-batch``
+Junction tree (``--junction-tree``, DESIGN.md §3, "Junction tree / variable elimination"): ``JunctionTree`` on batches of ``--jt-batch``
 models sharing one graph (king 8 x 24 and Chimera C3; Gaussian ``J ~ N(0, 1)`` on the edges,
 ``h ~ N(0, 0.5²)``, β = 1, float64), one jitted call returning means, edge correlations and log Z,
 against dwave-samplers' ``TreeDecompositionSampler(marginals=True)``, one model per call, on every

@@ -56,13 +56,22 @@ def pattern(J) -> CouplingGraph:
     return CouplingGraph(n, np.argwhere(nz))
 
 
+@functools.lru_cache(maxsize=8)
+def complete_graph(n: int) -> CouplingGraph:
+    """Every pair of ``n`` spins: the graph assumed for a traced dense ``J``."""
+    return CouplingGraph(n, np.argwhere(np.triu(np.ones((n, n), bool), 1)))
+
+
 def _too_wide(plan: Plan, need: int, budget: int, batch: int) -> str:
     return (f"JunctionTree: this graph's elimination has width {plan.treewidth} (the best order found: "
             f"{plan.heuristic}; cliques of up to {plan.treewidth + 1} spins, {plan.entries:,} table entries per "
             f"model), so the contraction needs {need / 2**30:.3g} GiB for {batch} model(s), over the memory budget "
             f"max_bytes = {budget / 2**30:.3g} GiB. Raise max_bytes if you have the memory, give a better "
             "elimination order (order=[...]), solve fewer models per call, or use an approximate engine "
-            "(pa, pt, gibbs, meanfield-bp).")
+            "(pa, pt, gibbs, meanfield-bp)." + (" This J is dense and traced (inside jax.jit, grad or vmap), so "
+            "its zeros are unknown and every pair is taken as coupled: pass graph=CouplingGraph(n, edges), prepare "
+            "the engine on a concrete model (engine.prepared(model)), or use sparse couplings."
+            if plan.E == plan.n * (plan.n - 1) // 2 and plan.n > 3 else ""))
 
 
 class JunctionTree(Engine):
@@ -91,8 +100,10 @@ class JunctionTree(Engine):
         corr: also return the full ``⟨s_j s_k⟩`` matrix.
         max_bytes: memory budget of one call; a graph whose contraction needs more (it grows
             as ``2^width``) is refused with ``IsingInputError`` naming the width and the memory.
-        graph: the coupling graph, for dense ``J`` traced under ``jax.jit`` (None: read from
-            the model; a given graph must contain every nonzero coupling).
+        graph: the coupling graph, for dense ``J`` traced under ``jax.jit`` or ``grad`` (None:
+            read from the model: a sparse graph, the nonzeros of a concrete dense ``J``, or every
+            pair for a traced dense ``J``, which the budget refuses beyond about 25 spins; a given
+            graph must contain every nonzero coupling).
     """
 
     exact: ClassVar[bool] = True
@@ -145,11 +156,8 @@ class JunctionTree(Engine):
             if self.graph.n != model.n:
                 raise IsingInputError(f"JunctionTree: graph has {self.graph.n} spins but the model has n = {model.n}.")
             return self.graph
-        if is_traced(model.J):
-            raise IsingInputError(
-                "JunctionTree reads the coupling graph from the nonzeros of a dense J, but this J is traced (inside "
-                "jax.jit, grad or vmap). Pass graph=CouplingGraph(n, edges), call engine.prepared(model) on a "
-                "concrete model first, or use sparse couplings (their graph is static).")
+        if is_traced(model.J):  # no readable zeros: every pair (refused by the budget beyond ~25 spins)
+            return complete_graph(model.n)
         return pattern(model.J)
 
     def _prepare(self, model: IsingModel) -> Engine:
@@ -171,8 +179,12 @@ class JunctionTree(Engine):
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         if self.graph is None:  # called without marginals' _prepare
             return self._prepare(model)._marginals(model, key)
-        plan = plan_for(self.graph, self._order_key(model.n))
-        h, w, batch, n_off, act = edge_form(model, self.graph)
+        graph = self.graph
+        if model.n < graph.n:  # a causal bucket: the prefix of the prepared model's spins
+            e = graph.edges
+            graph = CouplingGraph(model.n, e[(e < model.n).all(axis=1)])
+        plan = plan_for(graph, self._order_key(model.n))
+        h, w, batch, n_off, act = edge_form(model, graph)
         B = math.prod(batch)
         flat = lambda x: jnp.broadcast_to(x, batch + x.shape[-1:]).reshape((B,) + x.shape[-1:])
         hb, wb = flat(h), flat(w)
@@ -192,9 +204,10 @@ class JunctionTree(Engine):
                 corr = unflat(corr) * a[..., :, None] * a[..., None, :]
         elif corr is not None:
             corr = unflat(corr)
-        info = {"edge_corr": ecorr, "log_z_kind": Label("exact"),
-                "treewidth": jnp.full(batch, plan.treewidth, jnp.int32),
+        info = {"log_z_kind": Label("exact"), "treewidth": jnp.full(batch, plan.treewidth, jnp.int32),
                 "elimination_order": jnp.broadcast_to(jnp.asarray(plan.order, jnp.int32), batch + (model.n,))}
+        if graph is self.graph:  # a causal bucket's edges are its own: the template drops what buckets lack
+            info["edge_corr"] = ecorr
         return Marginals(mean=mean, corr=corr, log_z=unflat(log_z), info=info)
 
 

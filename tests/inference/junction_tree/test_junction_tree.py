@@ -210,7 +210,7 @@ def test_second_order_gradients_match_finite_differences(small_model):
 
 def test_registry_spec_orders_and_jit():
     """get('junction-tree'), a JSON spec round trip, a user order, and a prepared engine under
-    jax.jit on a traced dense J (refused without it)."""
+    jax.jit on a traced dense J (without it, every pair is taken as coupled: refused at n = 40)."""
     eng = inference.get("junction-tree", order="min-degree")
     assert from_spec(to_spec(eng)) == eng
     h, J = random_dense(0, 9, 0.45)  # the graph of the first brute-force case: its plans are cached
@@ -221,8 +221,9 @@ def test_registry_spec_orders_and_jit():
     assert out.info["elimination_order"].shape == (3, 9)
     with pytest.raises(IsingInputError, match="every spin 0..8 exactly once"):
         JunctionTree(order=[0, 1, 2]).marginals(model)
-    with pytest.raises(IsingInputError, match="traced"):
-        jax.jit(lambda J: JunctionTree().marginals(IsingModel(h, J, 0.9)).log_z)(J)
+    big = np.zeros((3, 40, 40))
+    with pytest.raises(IsingInputError, match="width 39 .* traced"):  # a traced dense J: every pair
+        jax.jit(lambda J: JunctionTree().marginals(IsingModel(np.zeros(40), J, 0.9)).log_z)(big)
     prepared = JunctionTree().prepared(model)
     lz = jax.jit(lambda J: prepared.marginals(IsingModel(h, J, 0.9)).log_z)(J)
     np.testing.assert_allclose(lz, ref["log_z"], rtol=TOL)
