@@ -189,6 +189,7 @@ def jit_call(engine: Engine, method: str, model: IsingModel, key):
 _BUILTIN = {
     "exact": "isingattn.inference.exact.engine:Exact",
     "banded": "isingattn.inference.banded.engine:Banded",
+    "junction-tree": "isingattn.inference.junction_tree.engine:JunctionTree",
     "meanfield": "isingattn.inference.meanfield.engine:MeanField",
     "meanfield-naive": "isingattn.inference.meanfield.engine:meanfield_naive",
     "meanfield-tap": "isingattn.inference.meanfield.engine:meanfield_tap",

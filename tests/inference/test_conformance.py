@@ -312,7 +312,7 @@ def _chain_entries(n=N):
     return d == 1
 
 
-@pytest.mark.parametrize("name", names(slow=("dqa", "ais", "banded")))
+@pytest.mark.parametrize("name", names(slow=("dqa", "ais", "banded", "junction-tree")))
 def test_gradients_agree_with_exact(name):
     eng = engine(name)
     model = _model()
@@ -345,7 +345,7 @@ class _Given:
         return Marginals(mean=self.mean)
 
 
-@pytest.mark.parametrize("name", names(slow=SAMPLERS_SLOW + ("dimod", "banded")))
+@pytest.mark.parametrize("name", names(slow=SAMPLERS_SLOW + ("dimod", "banded", "junction-tree")))
 def test_gradients_through_boltzmann_attention_agree_with_exact(name):
     """``∂L/∂J`` of a causal attention layer. The sampler's MCSE is that of the fluctuation
     estimate for the cotangent ``g = ∂L/∂⟨s⟩`` taken at the exact marginals. T = 4 keys: three
