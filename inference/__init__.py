@@ -4,7 +4,8 @@ Every engine class is importable from here, and loads on first use (PEP 562): ``
 isingattn.inference import Gibbs`` imports the MCMC family, and ``import isingattn.inference``
 loads no engine, numpyro or dimod. ``get(name, **config)`` builds an engine by its registry name
 and ``available()`` lists the names. The families: :mod:`~isingattn.inference.exact`,
-:mod:`~isingattn.inference.banded`, :mod:`~isingattn.inference.meanfield`,
+:mod:`~isingattn.inference.banded`, :mod:`~isingattn.inference.junction_tree`,
+:mod:`~isingattn.inference.meanfield`,
 :mod:`~isingattn.inference.mcmc`, :mod:`~isingattn.inference.dqa` and
 :mod:`~isingattn.inference.dimod`.
 """
@@ -15,6 +16,7 @@ from isingattn.engine import ConvergenceWarning, Engine, available, from_spec, g
 _LAZY = {
     "Exact": "exact",
     "Banded": "banded",
+    "JunctionTree": "junction_tree",
     "MeanField": "meanfield",
     "Gibbs": "mcmc",
     "ParallelTempering": "mcmc",
