@@ -292,7 +292,8 @@ class ParallelTempering(ColouredSweep):
     Config (static): ``num_warmup`` steps (the ladder adapts in the first three quarters);
     ``num_samples`` steps after warmup, every ``thin``-th kept (``num_samples // thin`` draws
     per chain); ``num_chains`` independent tempered chains (R-hat compares them);
-    ``num_replicas`` ``R`` (≥ 2) per chain; ``beta_min`` the hot end (0: the uniform
+    ``num_replicas`` ``R`` (≥ 2) per chain; ``beta_min`` the hot end, below the model's β (a
+    concrete β ≤ ``beta_min`` is refused) (0: the uniform
     distribution, which one sweep samples exactly); ``ladder`` (None: adapt; or ``R``
     fractions ``β_k / β``, decreasing from 1 to ≥ 0, used as given); ``adapt_rounds``;
     ``schedule``/``colors`` as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`;
