@@ -292,7 +292,8 @@ class ParallelTempering(ColouredSweep):
     Config (static): ``num_warmup`` steps (the ladder adapts in the first three quarters);
     ``num_samples`` steps after warmup, every ``thin``-th kept (``num_samples // thin`` draws
     per chain); ``num_chains`` independent tempered chains (R-hat compares them);
-    ``num_replicas`` ``R`` (≥ 2) per chain; ``beta_min`` the hot end (0: the uniform
+    ``num_replicas`` ``R`` (≥ 2) per chain; ``beta_min`` the hot end, below the model's β (a
+    concrete β ≤ ``beta_min`` is refused) (0: the uniform
     distribution, which one sweep samples exactly); ``ladder`` (None: adapt; or ``R``
     fractions ``β_k / β``, decreasing from 1 to ≥ 0, used as given); ``adapt_rounds``;
     ``schedule``/``colors`` as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`;
@@ -317,6 +318,11 @@ class ParallelTempering(ColouredSweep):
       when the hot end is β = 0 and every chain completed at least ``MIN_ROUND_TRIPS`` round
       trips, since each trip brought down a state drawn afresh at β = 0 (a spin of a glass
       frozen into its ground state: ``|⟨s⟩| > 0.999`` on the strips of the tests).
+      ``converged`` also needs ``tempered [*batch]``: every chain made at least one round
+      trip during sampling, every adjacent pair swapped at least once, and the ladder did not
+      collapse (``beta_min < β``). Chains frozen in different states can agree on R-hat (a
+      3×3 glass at β = 1e6 gave means ±0.35 for an exact 0 with R-hat fine); without tempering
+      that agreement is evidence of nothing.
 
     ``mesh`` (a ``jax.sharding.Mesh``; None: one device) splits the **chains** axis over the
     mesh's devices (``num_chains`` a multiple of their count, else ``IsingInputError``): a

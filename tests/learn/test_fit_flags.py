@@ -152,7 +152,7 @@ if given is not None:
                     l2=draw(st.sampled_from([0.0, 1e-4, 0.1, 0.5, 1.5])),
                     beta=draw(st.sampled_from([1e-3, 0.3, 1.0, 4.0])))
 
-    @settings(max_examples=25)
+    @settings(max_examples=15)
     @given(kw=_inputs())
     def test_property_a_fit_is_a_library_error_or_honest(kw):
         """Every outcome of ``fit`` on small data (degenerate columns and rows, 0/1 bits, extreme
