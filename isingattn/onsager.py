@@ -22,7 +22,7 @@ low-temperature series take over, matched at a threshold; so every value is fini
 In float32 ``ln Z`` is good to ~3e-7 relative, but the heat capacities, small remainders of
 larger terms, to ~1e-3 at worst: use float64 for references. ``K`` must be finite and positive (the
 ferromagnet); bad input raises :class:`~isingattn.errors.IsingInputError` (eagerly when
-``K`` is concrete, through ``equinox.error_if`` under ``jit``).
+``K`` is concrete; under ``jit`` a bad ``K`` makes the values NaN, :func:`isingattn.validate.nan_where`).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from __future__ import annotations
 import functools
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from isingattn import validate as V
 from isingattn.errors import IsingInputError
 
 __all__ = ["K_C", "onsager_energy", "onsager_heat_capacity", "onsager_log_z_per_spin", "torus_energy",
@@ -81,13 +81,13 @@ def _evaluate(fn, K, post=None) -> jax.Array:
     ``fn`` (jitted) sees ``K`` flattened and padded with ones to a power-of-two length (≥ 8), so that
     it compiles once per length bucket rather than per shape (a compile costs far more than
     these formulas); ``post`` (plain arithmetic) finishes on the host when ``K`` is concrete.
-    Traced ``K`` (inside the caller's ``jit``/``grad``) is checked with ``equinox.error_if``;
+    Traced ``K`` (inside the caller's ``jit``/``grad``) is checked by NaN poisoning (no host callback);
     concrete ``K`` in numpy, raising :class:`IsingInputError`."""
     post = post or (lambda k, v: v)
     if isinstance(K, jax.core.Tracer):
         K = K.astype(jnp.promote_types(K.dtype, jnp.result_type(float)))
-        K = eqx.error_if(K, ~jnp.all(jnp.isfinite(K) & (K > 0)),
-                         "K (the coupling βJ) must be finite and > 0 (the ferromagnet).")
+        # "K (the coupling βJ) must be finite and > 0 (the ferromagnet)", as NaN (no host callback)
+        K = V.nan_where(K, ~jnp.all(jnp.isfinite(K) & (K > 0)))
         shape, size = K.shape, K.size
         k = jnp.concatenate([K.reshape(-1), jnp.ones(_bucket(size) - size, K.dtype)])
         return post(k, fn(k))[:size].reshape(shape)

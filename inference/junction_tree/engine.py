@@ -229,12 +229,10 @@ def edge_form(model: IsingModel, graph: CouplingGraph):
     else:
         # symmetrized, so the gradient w.r.t. J is symmetric like Exact's
         w = (J[..., e[:, 0], e[:, 1]] + J[..., e[:, 1], e[:, 0]]) / 2
-        if is_traced(J):  # a coupling off the graph would be dropped: a runtime error instead
+        if is_traced(J):  # a coupling off the graph would be dropped: the result is NaN instead (no host callback)
             on = np.zeros((graph.n, graph.n), bool)
             on[e[:, 0], e[:, 1]] = on[e[:, 1], e[:, 0]] = True
-            w = eqx.error_if(w, jnp.any(jnp.where(on, 0.0, J) != 0),
-                             "JunctionTree: J has a nonzero coupling outside the engine's graph; pass the model's "
-                             "own graph (or graph=None with a concrete J).")
+            w = V.nan_where(w, jnp.any(jnp.where(on, 0.0, J) != 0))
     act = model.active()
     batch = model.batch_shape
     if act is None:

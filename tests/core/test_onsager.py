@@ -272,9 +272,10 @@ def test_bad_coupling_raises(K):
             fn(K)
 
 
-def test_bad_coupling_under_jit_raises():
-    with pytest.raises(Exception, match=r"K \(the coupling βJ\) must be finite and > 0"):
-        jax.block_until_ready(jax.jit(onsager_energy)(jnp.array([0.3, -0.1])))
+def test_bad_coupling_under_jit_is_nan_without_a_callback():
+    f = jax.jit(onsager_energy)
+    assert bool(jnp.all(jnp.isnan(f(jnp.array([0.3, -0.1])))))  # eagerly: "K (the coupling βJ) must be finite and > 0"
+    assert "callback" not in f.lower(jnp.array([0.3, -0.1])).as_text()
 
 
 # ---- every K > 0 and any size: the series beyond the closed forms' range ------------------------
