@@ -43,7 +43,7 @@ def _local(th, tw, hidx, widx, SR, SY):
     return a.T[:, :, None] + jnp.einsum("zi,biy->bzy", SR, U)
 
 
-def _upward(plan, th, tw):
+def upward(plan, th, tw):
     """log Z [B] and each segment's log conditionals ``T - m`` [m, B, 2^R, 2^(K-R)].
 
     th: [B, n + 1] (column n: 0), tw: [B, E + 1] (column E: 0)."""
@@ -100,21 +100,21 @@ def _downward(plan, saved, B, dt):
     return mean[:, : plan.n], corr[:, : plan.E]
 
 
-def _pad(x):
+def pad_rows(x):
     """[B, k] -> [B, k + 1] with a zero last column (the index of a padded slot)."""
     return jnp.concatenate([x, jnp.zeros((x.shape[0], 1), x.dtype)], axis=1)
 
 
 def log_z_only(plan, th, tw):
     """log Z [B] of θ_h [B, n], θ_w [B, E] by the upward pass alone (plain autodiff)."""
-    return _upward(plan, _pad(th), _pad(tw))[0]
+    return upward(plan, pad_rows(th), pad_rows(tw))[0]
 
 
 def contract(plan, th, tw):
     """``(log Z [B], mean [B, n], edge correlations [B, E])`` of θ_h [B, n], θ_w [B, E], by
     both passes, without a custom derivative (for forward-mode use such as linear response)."""
     B, dt = th.shape[0], th.dtype
-    log_z, saved = _upward(plan, _pad(th), _pad(tw))
+    log_z, saved = upward(plan, pad_rows(th), pad_rows(tw))
     mean, corr = _downward(plan, saved, B, dt)
     return log_z, mean, corr
 

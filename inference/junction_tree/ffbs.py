@@ -25,7 +25,7 @@ from jax import lax
 from isingattn import prng
 from isingattn import validate as V
 from isingattn.errors import IsingInputError, IsingTypeError
-from isingattn.inference.junction_tree.contract import _pad, _upward
+from isingattn.inference.junction_tree.contract import pad_rows, upward
 from isingattn.inference.junction_tree.engine import MAX_BYTES, JunctionTree, edge_form, plan_for
 from isingattn.model import IsingModel
 
@@ -67,7 +67,7 @@ def _draw(plan, h, w, beta, key, *, S: int, batch: tuple):
     h, w, beta = (lax.stop_gradient(x) for x in (h, w, beta))
     B, dt = math.prod(batch), h.dtype
     flat = lambda x: jnp.broadcast_to(x, batch + x.shape[-1:]).reshape((B,) + x.shape[-1:])
-    _, saved = _upward(plan, _pad(beta * flat(h)), _pad(beta * flat(w)))
+    _, saved = upward(plan, pad_rows(beta * flat(h)), pad_rows(beta * flat(w)))
     bits = jnp.zeros((S, B, plan.n + 1), jnp.int32)  # column n: padded slots (always 0, i.e. +1)
     rows = jnp.arange(B)[None, :]
     first = 0

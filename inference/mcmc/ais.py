@@ -52,7 +52,6 @@ from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
 from isingattn.inference.mcmc.gibbs import NOISE_CHUNK, NOISE_CHUNK_ELEMENTS
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
-from isingattn.inference.mcmc.swendsen_wang import _negative
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     SwendsenWangState,
     count_negative,
@@ -220,7 +219,7 @@ class AIS(ColouredSweep):
         J = model.J
         sparse = isinstance(J, SparseCouplings)
         if not is_traced(J.weights if sparse else J):
-            bad = count_negative(J)
+            bad = int(count_negative(J))
             if bad:
                 total = f"{int(np.prod(J.weights.shape))} edge weights" if sparse else "the pairs i < j"
                 raise negative_coupling_error(bad, total, owner='AIS(transition="swendsen-wang")')
@@ -249,7 +248,7 @@ class AIS(ColouredSweep):
         info = {"log_z_kind": Label("estimate"), "log_z_se": se, "weight_ess": ess, "weights": p,
                 "energy": jnp.moveaxis(E, 0, -1)[..., None], "converged": ess >= max(C / 10, MIN_WEIGHT_ESS)}
         if self.transition == "swendsen-wang":
-            info["negative_couplings"] = jnp.broadcast_to(_negative(J), batch)
+            info["negative_couplings"] = jnp.broadcast_to(count_negative(J), batch)
             info["converged"] = info["converged"] & (info["negative_couplings"] == 0)
         return weighted_sample_marginals(model, jnp.moveaxis(s, 0, -2), log_w, info, log_z=log_z)
 

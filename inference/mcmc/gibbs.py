@@ -85,18 +85,18 @@ SAMPLES_LIMIT_BYTES = 2**28  # keep_samples=None keeps float samples up to this 
 # ---------------------------------------------------------------------------------
 
 
-def _chain_keys(key, num_chains: int):
+def chain_keys(key, num_chains: int):
     """Per-chain keys exactly as ``numpyro.infer.MCMC`` derives them."""
     return jax.random.split(key, num_chains) if num_chains > 1 else key[None]
 
 
-def _chain_init(key, shape, active, dtype):
+def chain_init(key, shape, active, dtype):
     """(state, carried key) of one chain, as :meth:`IsingGibbsKernel.init` does it."""
     k_init, k = jax.random.split(key)
     return init_spins(k_init, shape, active, dtype), k
 
 
-def _chain_step(state, key, h, J, beta, classes):
+def chain_step(state, key, h, J, beta, classes):
     """One MCMC transition of one chain: split the carried key, sweep."""
     key, k_sweep = jax.random.split(key)
     state, info = gibbs_sweep(k_sweep, state, h, J, beta, classes)
@@ -137,7 +137,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     h = jnp.asarray(h, dtype)
     J = J.astype(dtype).with_table() if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
 
-    state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, num_chains))
+    state, k = jax.vmap(lambda kc: chain_init(kc, shape, active, dtype))(chain_keys(key, num_chains))
     # The loop carries spins, draws and noise in the kernel's own spin-major layout
     # [n, C, *batch], so the layout moves around each sweep cancel inside it (in the
     # state's layout they cost ~30% on a sparse lattice, where a sweep is O(E)).
@@ -163,7 +163,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
         return new, E, draws, energies, flips
 
     # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
-    # from the keys _chain_step splits, at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of
+    # from the keys chain_step splits, at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of
     # float32) at a time. One loop over chunks, an inner one over the sweeps of a chunk
     # (the last chunk may be partial: a dynamic trip count).
     L = max(1, min(NOISE_CHUNK, total, NOISE_CHUNK_ELEMENTS // max(num_chains * int(np.prod(shape)), 1)))

@@ -3,7 +3,7 @@
 progress bar, ``get_samples`` and ``print_summary``, and ``az.from_numpyro`` works.
 
 It runs the same transition as the :class:`~isingattn.inference.mcmc.gibbs.Gibbs` engine
-(``_chain_init`` / ``_chain_step``): same key => same chains as ``MCMC`` with
+(``chain_init`` / ``chain_step``): same key => same chains as ``MCMC`` with
 ``chain_method="vectorized"`` (a test checks it).
 """
 
@@ -20,7 +20,7 @@ from isingattn import prng
 from isingattn.energy import energy
 from isingattn.errors import IsingInputError
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState
-from isingattn.inference.mcmc.gibbs import _chain_init, _chain_step
+from isingattn.inference.mcmc.gibbs import chain_init, chain_step
 from isingattn.inference.mcmc.coloring import schedule_classes
 from isingattn.model import IsingModel
 
@@ -80,7 +80,7 @@ class IsingGibbsKernel(MCMCKernel):
     def _init_one(self, key, init):
         m = self.ising_model
         key = prng.check_key(key, owner="IsingGibbsKernel")  # any key impl; threefry keys unchanged
-        state, k = _chain_init(key, self._shape(), m.active(), m.dtype)
+        state, k = chain_init(key, self._shape(), m.active(), m.dtype)
         if init is not None:
             s = jnp.broadcast_to(jnp.asarray(init, m.dtype), self._shape())
             s = jnp.where(s >= 0, 1.0, -1.0).astype(m.dtype)  # any sign pattern; 0 counts as +1
@@ -90,7 +90,7 @@ class IsingGibbsKernel(MCMCKernel):
 
     def _sample_one(self, state: IsingMCMCState) -> IsingMCMCState:
         m = self.ising_model
-        new, k, info = _chain_step(GibbsState(state.z), state.rng_key, m.h, m.J, m.beta, self._classes)
+        new, k, info = chain_step(GibbsState(state.z), state.rng_key, m.h, m.J, m.beta, self._classes)
         return IsingMCMCState(new.spins, energy(m.h, m.J, new.spins), info.flip_rate, k)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):

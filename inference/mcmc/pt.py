@@ -67,7 +67,7 @@ from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
 from isingattn.inference.mcmc.gibbs import check_chain_settings, keeps_samples
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_thresholds, sweep_with_thresholds
-from isingattn.inference.mcmc.pt_kernel import COLD, NONE, _safe_beta, adapt_ladder, swap_round
+from isingattn.inference.mcmc.pt_kernel import COLD, NONE, adapt_ladder, safe_beta, swap_round
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel
 from isingattn.sharding import check_split, gathered, split_along
@@ -199,7 +199,7 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         s, E, last, betas, rej, words, E0, flips, acc, trips, lse = c
         # one PT step (pt_kernel.pt_step, spin-major); t gives the parity and the key
         k_sweep, k_swap = jax.random.split(jax.random.fold_in(k_run, t))
-        thr = split_along(sweep_thresholds(k_sweep, (n,) + E.shape, dtype, _safe_beta(betas, dtype)[None]), mesh, 2)
+        thr = split_along(sweep_thresholds(k_sweep, (n,) + E.shape, dtype, safe_beta(betas, dtype)[None]), mesh, 2)
         s0 = s[:, 0]
         new, ginfo = sweep_with_thresholds(to_sweep(thr), GibbsState(to_sweep(s)), h, J, classes)
         s = from_sweep(new.spins)

@@ -71,7 +71,7 @@ class PTInfo(NamedTuple):
     round_trips: jax.Array
 
 
-def _safe_beta(betas, dtype):
+def safe_beta(betas, dtype):
     """β clipped to the smallest normal number: at β = 0 a heat-bath threshold
     ``logistic / 2β`` is ±inf, i.e. a fair coin (the uniform distribution, exactly), where
     ``1 / 0`` would give ``inf · 0 = NaN`` for the rare logistic draw of exactly 0."""
@@ -151,7 +151,7 @@ def pt_step(key, state: PTState, h, J, betas, parity, classes: Optional[Sequence
     k_sweep, k_swap = jax.random.split(key)
     b = jnp.asarray(betas, dtype)
     b = b.reshape((R,) + (1,) * (state.energy.ndim - 1)) if b.ndim == 1 else b
-    t = sweep_thresholds(k_sweep, s.shape, dtype, _safe_beta(b, dtype)[..., None])
+    t = sweep_thresholds(k_sweep, s.shape, dtype, safe_beta(b, dtype)[..., None])
     s = sweep_with_thresholds(t, GibbsState(s), h, J, classes)[0].spins
     E = energy(h, J, s)
     u = prng.uniform(k_swap, (R - 1,) + E.shape[1:], dtype)

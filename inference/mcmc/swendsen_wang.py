@@ -36,9 +36,8 @@ from isingattn import validate as V
 from isingattn.diagnostics import WORD, known_constant, packed_spin_diagnostics
 from isingattn.energy import energy
 from isingattn.engine import Engine
-from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
-from isingattn.inference.mcmc.gibbs import _chain_init, _chain_keys, check_chain_settings, keeps_samples
+from isingattn.inference.mcmc.gibbs import chain_init, chain_keys, check_chain_settings, keeps_samples
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     bond_probabilities,
     count_negative,
@@ -49,13 +48,6 @@ from isingattn.inference.mcmc.swendsen_wang_kernel import (
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
-
-
-def _negative(J):
-    """``[]`` int32: the negative couplings of ``J`` (each pair once), traced or not."""
-    if isinstance(J, SparseCouplings):
-        return jnp.sum(J.weights < 0, dtype=jnp.int32)
-    return jnp.sum(jnp.triu(J, 1) < 0, dtype=jnp.int32)
 
 
 def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int, thin: int = 1):
@@ -87,7 +79,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     h = jnp.asarray(h, dtype)
     J = J.astype(dtype) if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
 
-    state, k = jax.vmap(lambda kc: _chain_init(kc, shape, active, dtype))(_chain_keys(key, num_chains))
+    state, k = jax.vmap(lambda kc: chain_init(kc, shape, active, dtype))(chain_keys(key, num_chains))
     to_t = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # [C, *batch, n] -> [n, *batch, C]
     from_t = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # and back
     s = to_t(state.spins)
@@ -170,7 +162,7 @@ class SwendsenWang(Engine):
         J = model.J
         w = J.weights if isinstance(J, SparseCouplings) else J
         if not is_traced(w):
-            bad = count_negative(J)
+            bad = int(count_negative(J))
             if bad:
                 total = (f"{int(np.prod(J.weights.shape))} edge weights" if isinstance(J, SparseCouplings)
                          else f"{int(np.prod(J.shape[:-2], dtype=int)) * model.n * (model.n - 1) // 2} pairs")
@@ -189,7 +181,7 @@ class SwendsenWang(Engine):
             key, h, J, beta, model.active(), batch + (n,), num_warmup=self.num_warmup,
             num_samples=self.num_samples, num_chains=self.num_chains, thin=self.thin)
         C, D = self.num_chains, self.num_samples // self.thin
-        negative = _negative(J)
+        negative = count_negative(J)
         info = {"flip_rate": jnp.moveaxis(rates, 0, -1), "energy": jnp.moveaxis(E, (0, 1), (-1, -2)),
                 # batch-shaped like every info entry (so causal buckets and batches join them)
                 "thin": jnp.full(batch, self.thin, jnp.int32),

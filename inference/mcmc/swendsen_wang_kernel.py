@@ -87,15 +87,12 @@ class SwendsenWangInfo(NamedTuple):
     rounds: jax.Array
 
 
-def count_negative(J) -> int:
-    """How many couplings (pairs ``i < j``, in any batch element) are negative, for concrete
-    ``J`` (dense ``[..., n, n]`` or :class:`~isingattn.sparse.SparseCouplings`)."""
+def count_negative(J) -> jax.Array:
+    """How many couplings (pairs ``i < j``, summed over any batch) are negative: ``[]`` int32,
+    for traced or concrete ``J`` (dense ``[..., n, n]`` or :class:`~isingattn.sparse.SparseCouplings`)."""
     if isinstance(J, SparseCouplings):
-        return int(np.sum(np.asarray(J.weights) < 0))
-    J = np.asarray(J)
-    n = J.shape[-1]
-    iu = np.triu_indices(n, 1)
-    return int(np.sum(J[..., iu[0], iu[1]] < 0))
+        return jnp.sum(J.weights < 0, dtype=jnp.int32)
+    return jnp.sum(jnp.triu(J, 1) < 0, dtype=jnp.int32)
 
 
 def negative_coupling_error(count: int, total: str, owner: str = "SwendsenWang") -> IsingInputError:

@@ -16,11 +16,11 @@ import sys
 import time
 
 import isingattn
-from isingattn.models.app.cli_args import (_HelpFormatter, _Parser, _bracket_length, _cell_from_args, _check_reproduce_args,
-                                      _check_train_args, _check_writable, _engine_from_args, _error, _names,
-                                      _nonnegative_float, _nonnegative_int, _positive_float, _positive_int, _seed,
-                                      _variant_list, add_bracket_data_options, study)
-from isingattn.models.app.cli_checkpoints import _analyze, _evaluate, _export_bqm
+from isingattn.models.app.cli_args import (HelpFormatter, Parser, bracket_length_arg, cell_from_args, check_reproduce_args,
+                                      check_train_args, check_writable, engine_from_args, input_error, names_arg,
+                                      nonnegative_float_arg, nonnegative_int_arg, positive_float_arg, positive_int_arg, seed_arg,
+                                      variant_list_arg, add_bracket_data_options, study)
+from isingattn.models.app.cli_checkpoints import analyze_verb, evaluate_verb, export_bqm_verb
 from isingattn.models.app.cli_fit import add_fit_parser
 
 
@@ -43,10 +43,10 @@ def _summarize(cell, results, out: str, started: float) -> str:
 def _train(args) -> int:
     from isingattn.models.app.experiments import run_cell
 
-    _check_train_args(args)
-    cell = _cell_from_args(args, args.task)
+    check_train_args(args)
+    cell = cell_from_args(args, args.task)
     out = args.out or os.path.join("runs", f"{args.task}-T{args.seq_len}{'' if args.ffn else '-noffn'}")
-    _check_writable(out, "--out")
+    check_writable(out, "--out")
     t0 = time.perf_counter()
     mesh = None
     if args.devices:
@@ -62,7 +62,7 @@ def _train(args) -> int:
 
 
 def _reproduce(args) -> int:
-    _check_reproduce_args(args)
+    check_reproduce_args(args)
     from isingattn.models.app.experiments import select
     parts, write_report = study("parts"), study("grid_report").write_report
     grid, run_cell = parts.grid, parts.run_cell
@@ -119,20 +119,20 @@ def _load_model(args):
         try:
             g = graphs.parse(args.graph, key=k_graph)
         except IsingInputError as e:
-            raise _error(f"--graph {args.graph}: {e}") from None
+            raise input_error(f"--graph {args.graph}: {e}") from None
         J = graphs.random_couplings(k_J, g, args.couplings, 1.0 if args.j_scale is None else args.j_scale)
         h = jax.random.normal(k_h, (g.n,), J.dtype) * args.h_scale
         return IsingModel(h, J, beta=args.beta)
     import dimod
 
     if not os.path.isfile(args.graph):
-        raise _error(f"--graph {args.graph}: not one of {', '.join(GRAPHS)} and no such file; pass a generated "
+        raise input_error(f"--graph {args.graph}: not one of {', '.join(GRAPHS)} and no such file; pass a generated "
                      "graph name or a dimod BQM file (written by bqm.to_file()).")
     try:
         with open(args.graph, "rb") as f:
             bqm = dimod.BinaryQuadraticModel.from_file(f)
     except Exception as e:  # dimod raises various errors on corrupt input; this wraps only the file read
-        raise _error(f"--graph {args.graph}: could not read it as a dimod BQM file (written by bqm.to_file()): "
+        raise input_error(f"--graph {args.graph}: could not read it as a dimod BQM file (written by bqm.to_file()): "
                      f"{type(e).__name__}: {e}") from None
     return IsingModel.from_bqm(bqm, beta=args.beta)
 
@@ -161,24 +161,24 @@ def _compare(args) -> int:
     from isingattn.inference import available
 
     if not args.engines:
-        raise _error(f"--engines names no engine; give a comma-separated list of {', '.join(available())}.")
+        raise input_error(f"--engines names no engine; give a comma-separated list of {', '.join(available())}.")
     unknown = [e for e in args.engines if e not in available()]
     if unknown:
-        raise _error(f"--engines {','.join(args.engines)}: unknown engine(s) {', '.join(map(repr, unknown))}; "
+        raise input_error(f"--engines {','.join(args.engines)}: unknown engine(s) {', '.join(map(repr, unknown))}; "
                      f"available: {', '.join(available())}.")
     if args.reference not in available() and args.reference not in ("tree", "auto"):
-        raise _error(f"--reference {args.reference}: unknown engine; available: auto (the exact engine that applies), "
+        raise input_error(f"--reference {args.reference}: unknown engine; available: auto (the exact engine that applies), "
                      f"tree (dwave-samplers' TreeDecompositionSampler, exact for low treewidth), {', '.join(available())}.")
     if args.reference_kw and args.reference in ("tree", "auto"):
-        raise _error(f"--reference-kw: the {args.reference} reference takes no settings.")
+        raise input_error(f"--reference-kw: the {args.reference} reference takes no settings.")
     reference = args.reference
     # compare reads a graph's band from the graph (a strip wider than Banded's default 8 still works)
     banded_kw = lambda name, kw: kw if name != "banded" or "bandwidth=" in kw else ",".join(filter(None, [kw, "bandwidth=null"]))
     if args.reference not in ("exact", "tree", "auto"):
-        reference = _engine_from_args(args.reference, banded_kw(args.reference, args.reference_kw), option="--reference",
+        reference = engine_from_args(args.reference, banded_kw(args.reference, args.reference_kw), option="--reference",
                                       kw_option="--reference-kw")[0]
     if args.out:
-        _check_writable(args.out, "--out")
+        check_writable(args.out, "--out")
     model = _load_model(args)
     reason = ""
     given = f"--n {model.n}" if args.graph in GRAPHS else f"--graph {args.graph} (n = {model.n})"
@@ -188,7 +188,7 @@ def _compare(args) -> int:
         try:
             ref_name, reference, reason = choose_reference(model)
         except IsingInputError as e:
-            raise _error(f"{given}: {e} Or pass --reference tree (low treewidth), or use --n ≤ {EXACT_MAX_N}.") from None
+            raise input_error(f"{given}: {e} Or pass --reference tree (low treewidth), or use --n ≤ {EXACT_MAX_N}.") from None
         print(f"reference: {reason}", file=sys.stderr)
     else:
         ref_name = args.reference
@@ -196,10 +196,10 @@ def _compare(args) -> int:
     for item in args.engine_kw:
         name, colon, kw = item.partition(":")
         if not colon or name not in args.engines:
-            raise _error(f"--engine-kw {item}: expected ENGINE:key=value,... naming one of --engines "
+            raise input_error(f"--engine-kw {item}: expected ENGINE:key=value,... naming one of --engines "
                          f"({', '.join(args.engines)}), e.g. sqa:num_reads=8.")
         engine_kw[name] = ",".join(filter(None, [engine_kw.get(name, ""), kw]))
-    engines = {name: _engine_from_args(name, banded_kw(name, engine_kw.get(name, "")), option="--engine-kw")[0]
+    engines = {name: engine_from_args(name, banded_kw(name, engine_kw.get(name, "")), option="--engine-kw")[0]
                for name in args.engines}
     if model.is_sparse:  # engines without an edge-list path would densify J: refuse them before any work
         from isingattn.inference import get
@@ -210,17 +210,17 @@ def _compare(args) -> int:
         heavy = sorted(name for name, e in runs.items() if not e.sparse_native)
         if heavy and dense > DENSE_LIMIT_BYTES:
             native = [n for n in available() if get(n).sparse_native]
-            raise _error(f"--graph {args.graph}: n = {model.n} spins; {', '.join(heavy)} need a dense J of "
+            raise input_error(f"--graph {args.graph}: n = {model.n} spins; {', '.join(heavy)} need a dense J of "
                          f"{dense / 2**30:.3g} GiB. Use engines that work on sparse graphs ({', '.join(native)}) and "
                          "--reference tree or one of them.")
     if args.reference == "exact" and model.n > EXACT_MAX_N:
-        raise _error(f"{given}: the exact reference (--reference exact) handles at most "
+        raise input_error(f"{given}: the exact reference (--reference exact) handles at most "
                      f"{EXACT_MAX_N} spins; pass --reference tree (low treewidth) or an approximate engine, "
                      f"e.g. --reference gibbs (errors are then relative to it), or use --n ≤ {EXACT_MAX_N}.")
     too_small = [f"{name} (at most {e.max_n})" for name, e in engines.items()
                  if isinstance(getattr(e, "max_n", None), int) and model.n > e.max_n]
     if too_small:
-        raise _error(f"--engines: {', '.join(too_small)} cannot solve n = {model.n} spins; drop them from --engines "
+        raise input_error(f"--engines: {', '.join(too_small)} cannot solve n = {model.n} spins; drop them from --engines "
                      "or use a smaller --n.")
     t0 = time.perf_counter()
     log_z_ref, lz_note = _exact_log_z(args, model)
@@ -242,8 +242,8 @@ def _compare(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    fmt = dict(formatter_class=_HelpFormatter)
-    p = _Parser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.", **fmt)
+    fmt = dict(formatter_class=HelpFormatter)
+    p = Parser(prog="isingattn", description="Boltzmann attention with learnable Ising couplings.", **fmt)
     p.add_argument("--version", action="version", version=f"isingattn {isingattn.__version__}",
                    help="print the installed version and exit")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", help="what to do")
@@ -256,24 +256,24 @@ def build_parser() -> argparse.ArgumentParser:
     s_ = tasks.add_parser("shakespeare", help="character-level Tiny Shakespeare (validation perplexity)", **fmt)
     for t, T in ((b, 8), (hb, 16), (s_, 12)):
         if t is hb:  # fillers can pad a string to any length; Cell checks evenness when there are none
-            t.add_argument("--seq-len", type=_positive_int, default=T, help="context length T (≥ 2; even without filler)")
+            t.add_argument("--seq-len", type=positive_int_arg, default=T, help="context length T (≥ 2; even without filler)")
         elif t is b:
-            t.add_argument("--seq-len", type=_bracket_length, default=T, help="context length T (even, ≥ 2)")
+            t.add_argument("--seq-len", type=bracket_length_arg, default=T, help="context length T (even, ≥ 2)")
         else:
-            t.add_argument("--seq-len", type=_positive_int, default=T, help="context length T (≥ 1)")
-        t.add_argument("--variants", type=_variant_list, default="softmax,hJ,h,J",
+            t.add_argument("--seq-len", type=positive_int_arg, default=T, help="context length T (≥ 1)")
+        t.add_argument("--variants", type=variant_list_arg, default="softmax,hJ,h,J",
                        help="comma-separated attention variants: softmax, hJ, h, J")
-        t.add_argument("--seeds", type=_positive_int, default=3, help="paired seeds per variant (seeds 0..N-1)")
-        t.add_argument("--steps", type=_positive_int, default=1500, help="training steps per run")
-        t.add_argument("--batch-size", type=_positive_int, default=64, help="sequences per step")
-        t.add_argument("--lr", type=_positive_float, default=3e-3, help="peak AdamW learning rate (warmup, cosine)")
+        t.add_argument("--seeds", type=positive_int_arg, default=3, help="paired seeds per variant (seeds 0..N-1)")
+        t.add_argument("--steps", type=positive_int_arg, default=1500, help="training steps per run")
+        t.add_argument("--batch-size", type=positive_int_arg, default=64, help="sequences per step")
+        t.add_argument("--lr", type=positive_float_arg, default=3e-3, help="peak AdamW learning rate (warmup, cosine)")
         t.add_argument("--weight-decay-on", dest="weight_decay_on", choices=("matrices", "matrices+J", "all"),
                        default="matrices", help="what AdamW decays: weight matrices and embeddings, those and J, or "
                                                 "every array (LayerNorm gains and biases too; the committed grid's setting)")
-        t.add_argument("--eval-every", type=_positive_int, default=250, help="steps between held-out evaluations")
-        t.add_argument("--d-model", type=_positive_int, default=64, help="model width")
-        t.add_argument("--heads", type=_positive_int, default=1, help="attention heads (must divide --d-model)")
-        t.add_argument("--layers", type=_positive_int, default=1,
+        t.add_argument("--eval-every", type=positive_int_arg, default=250, help="steps between held-out evaluations")
+        t.add_argument("--d-model", type=positive_int_arg, default=64, help="model width")
+        t.add_argument("--heads", type=positive_int_arg, default=1, help="attention heads (must divide --d-model)")
+        t.add_argument("--layers", type=positive_int_arg, default=1,
                        help="Transformer blocks (attention + FFN), each with its own J")
         t.add_argument("--no-ffn", dest="ffn", action="store_false",
                        help="drop the FFN block (the paper's ablation); without this flag the model has one")
@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="engine configuration, e.g. num_samples=200,num_chains=4; without it the engine's defaults")
         t.add_argument("--J-param", dest="J_param", choices=("full", "toeplitz", "banded"), default="full",
                        help="J parametrization: full [T,T], toeplitz (by distance) or banded (zero beyond --J-band)")
-        t.add_argument("--J-band", dest="J_band", type=_positive_int, default=None,
+        t.add_argument("--J-band", dest="J_band", type=positive_int_arg, default=None,
                        help="bandwidth of J: needed by banded, optional for toeplitz (e.g. 8 with --engine banded "
                             "--engine-kw bandwidth=8); without it toeplitz spans the whole context")
         t.add_argument("--rel-bias", dest="rel_bias", action="store_true",
@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--restart", action="store_true",
                        help="discard the runs in --out and start over (instead of refusing a folder that holds "
                             "another configuration)")
-        t.add_argument("--devices", type=_positive_int, default=None,
+        t.add_argument("--devices", type=positive_int_arg, default=None,
                        help="train data-parallel on this many devices (--batch-size must be a multiple of it); "
                             "without it, one device")
         t.set_defaults(func=_train)
@@ -307,11 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="the paper's experiment grid, resumable, into results/", **fmt)
     r.add_argument("--quick", action="store_true", help="a small grid (minutes on 2 CPU cores) into runs/reproduce-quick")
     r.add_argument("--only", default=None, help="one part of the grid, e.g. brackets or brackets-hard; without it, all")
-    r.add_argument("--seq-len", type=_positive_int, default=None,
+    r.add_argument("--seq-len", type=positive_int_arg, default=None,
                    help="only the cells at this context length; without it, all")
     r.add_argument("--ffn", choices=("on", "off"), default=None,
                    help="only cells with / without the FFN; without it, both")
-    r.add_argument("--seeds", type=_positive_int, default=None,
+    r.add_argument("--seeds", type=positive_int_arg, default=None,
                    help="train seeds 0..N-1 of each cell (a folder keeps the seeds it already holds); "
                         "without it, each cell's own number")
     r.add_argument("--engine", default=None, help="only cells trained with this engine (e.g. dqa); without it, all")
@@ -333,13 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("checkpoint", help="a checkpoint of an hJ or J model: ckpt-<variant>-s<seed>.npz from training, "
                                       "or a committed model-hJ-s0.npz, e.g. "
                                       "results/reproduce/shakespeare/T12/model-hJ-s0.npz")
-    a.add_argument("--layer", type=_nonnegative_int, default=0, help="which layer's J (0: the first)")
-    a.add_argument("--threshold", type=_nonnegative_float, default=None,
+    a.add_argument("--layer", type=nonnegative_int_arg, default=0, help="which layer's J (0: the first)")
+    a.add_argument("--threshold", type=nonnegative_float_arg, default=None,
                    help="edge threshold on |J|; without it 5%% of each head's max |J|")
     a.add_argument("--out", default=None,
                    help="folder for the plots and summary.json; without it runs/analyze/<checkpoint's folders and "
                         "name> (plus -layer<L> for --layer L > 0)")
-    a.set_defaults(func=_analyze)
+    a.set_defaults(func=analyze_verb)
 
     v = sub.add_parser("evaluate", help="score a checkpoint on its held-out set, through its own engine or another",
                        **fmt)
@@ -350,28 +350,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "without it the engine the model was trained with")
     v.add_argument("--engine-kw", default="", help="settings of --engine, e.g. num_samples=64,num_warmup=32; "
                                                    "without it that engine's defaults")
-    v.add_argument("--keys", type=_positive_int, default=1,
+    v.add_argument("--keys", type=positive_int_arg, default=1,
                    help="evaluations with PRNGKey(0..N-1), for the spread a sampling engine adds")
     v.add_argument("--data", default=None,
                    help="Tiny Shakespeare input.txt (Shakespeare checkpoints); without it $ISINGATTN_DATA, the "
                         "cache, or a download")
     v.add_argument("--json", default=None, help="also write the result to this JSON file; without it, print only")
-    v.set_defaults(func=_evaluate)
+    v.set_defaults(func=evaluate_verb)
 
     e = sub.add_parser("export-bqm", help="the Ising model one attention query solves, as a dimod BQM file", **fmt)
     e.add_argument("checkpoint", help="a checkpoint of an hJ, h or J model: ckpt-<variant>-s<seed>.npz from "
                                       "training, or a committed model-hJ-s0.npz, e.g. "
                                       "results/reproduce/shakespeare/T12/model-hJ-s0.npz (with --text \"ROMEO: What\")")
     e.add_argument("--text", required=True, help="input text (characters of the model's vocabulary)")
-    e.add_argument("--query", type=_nonnegative_int, required=True,
+    e.add_argument("--query", type=nonnegative_int_arg, required=True,
                    help="query position i (keys 0..i are the spins)")
-    e.add_argument("--head", type=_nonnegative_int, default=0, help="attention head")
-    e.add_argument("--layer", type=_nonnegative_int, default=0, help="layer of that head (0: the first)")
+    e.add_argument("--head", type=nonnegative_int_arg, default=0, help="attention head")
+    e.add_argument("--layer", type=nonnegative_int_arg, default=0, help="layer of that head (0: the first)")
     e.add_argument("--out", required=True, help="output file (dimod's own serialization, BinaryQuadraticModel.to_file)")
-    e.set_defaults(func=_export_bqm)
+    e.set_defaults(func=export_bqm_verb)
 
     c = sub.add_parser("compare", help="compare inference engines on one coupling graph", **fmt)
-    c.add_argument("--n", type=_positive_int, default=16, help="number of spins (generated graphs)")
+    c.add_argument("--n", type=positive_int_arg, default=16, help="number of spins (generated graphs)")
     c.add_argument("--graph", default="dense",
                    help="dense, chain or lattice (--n spins, dense J); a sparse graph spec: lattice:64x64[:periodic], "
                         "lattice:16x16x16, chimera:M, pegasus:M, zephyr:M, regular:N:DEGREE, er:N:P; or a dimod BQM "
@@ -379,11 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--couplings", choices=("pm", "gaussian", "ferro"), default="pm",
                    help="couplings of a sparse graph spec: ±j_scale (pm), N(0, j_scale²) or +j_scale on every edge "
                         "(ferro; with --h-scale 0 on lattice:RxC:periodic, log Z is scored against Kaufman's exact value)")
-    c.add_argument("--beta", type=_positive_float, default=1.0, help="inverse temperature")
-    c.add_argument("--h-scale", type=_nonnegative_float, default=1.0, help="fields ~ N(0, h_scale²)")
-    c.add_argument("--j-scale", type=_nonnegative_float, default=None,
+    c.add_argument("--beta", type=positive_float_arg, default=1.0, help="inverse temperature")
+    c.add_argument("--h-scale", type=nonnegative_float_arg, default=1.0, help="fields ~ N(0, h_scale²)")
+    c.add_argument("--j-scale", type=nonnegative_float_arg, default=None,
                    help="couplings ~ N(0, j_scale²); without it 1/sqrt(n)")
-    c.add_argument("--engines", type=_names, default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa",
+    c.add_argument("--engines", type=names_arg, default="exact,meanfield-tap,meanfield-bp,gibbs,sqa,dqa",
                    help="comma-separated engines (registry names) to compare")
     c.add_argument("--reference", default="auto",
                    help="what the errors are measured against: auto (the default: the exact engine that applies, "
@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--engine-kw", action="append", default=[], metavar="ENGINE:KEY=VALUE,...",
                    help="settings of one compared engine, e.g. sqa:num_reads=8,num_sweeps=200 (repeatable); "
                         "without it its defaults")
-    c.add_argument("--seed", type=_seed, default=0, help="seed of the generated graph and the samplers")
+    c.add_argument("--seed", type=seed_arg, default=0, help="seed of the generated graph and the samplers")
     c.add_argument("--out", default=None, help="folder for compare.md and compare.png; without it, print only")
     c.add_argument("--plain", action="store_true", help="plain-text table instead of markdown")
     c.set_defaults(func=_compare)

@@ -27,13 +27,13 @@ def _int_at_least(lo: int, what: str):
     return parse
 
 
-_positive_int = _int_at_least(1, "a positive integer")
-_nonnegative_int = _int_at_least(0, "an integer ≥ 0")
+positive_int_arg = _int_at_least(1, "a positive integer")
+nonnegative_int_arg = _int_at_least(0, "an integer ≥ 0")
 
 
-def _seed(text: str) -> int:
+def seed_arg(text: str) -> int:
     """A random seed: an integer in [0, 2^63 - 1] (what jax.random.PRNGKey takes)."""
-    value = _nonnegative_int(text)
+    value = nonnegative_int_arg(text)
     if value > 2**63 - 1:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2^63 - 1 = {2**63 - 1}; got {text!r}")
     return value
@@ -53,11 +53,11 @@ def _float_check(what: str, ok):
     return parse
 
 
-_positive_float = _float_check("a finite number > 0", lambda v: v > 0)
-_nonnegative_float = _float_check("a finite number ≥ 0", lambda v: v >= 0)
+positive_float_arg = _float_check("a finite number > 0", lambda v: v > 0)
+nonnegative_float_arg = _float_check("a finite number ≥ 0", lambda v: v >= 0)
 
 
-def _bracket_length(text: str) -> int:
+def bracket_length_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -68,15 +68,15 @@ def _bracket_length(text: str) -> int:
     return value
 
 
-def _names(text: str) -> tuple:
+def names_arg(text: str) -> tuple:
     """'a, b,c' -> ('a', 'b', 'c')."""
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _variant_list(text: str) -> tuple:
+def variant_list_arg(text: str) -> tuple:
     from isingattn.attention import VARIANTS
 
-    names = _names(text)
+    names = names_arg(text)
     bad = [v for v in names if v not in VARIANTS]
     if not names or bad:
         got = f"unknown variant(s) {', '.join(map(repr, bad))}" if bad else f"no variant in {text!r}"
@@ -106,7 +106,7 @@ def _parse_kw(text: str, option: str = "--engine-kw") -> dict:
 
 # -- checks that need more than one option, run before anything is loaded or trained ----------------------------
 
-def _error(message: str):
+def input_error(message: str):
     from isingattn.errors import IsingInputError
 
     return IsingInputError(message)
@@ -121,34 +121,34 @@ def study(module: str):
 
     folder = pathlib.Path(__file__).resolve().parents[2] / "study"  # <checkout>/models/app/cli_args.py
     if not (folder / "isingattn_study" / "__init__.py").is_file():
-        raise _error("reproduce runs the paper's study, which lives in a source checkout (study/), not in the "
+        raise input_error("reproduce runs the paper's study, which lives in a source checkout (study/), not in the "
                      "installed package: clone the repository, then pip install -e . && isingattn reproduce.")
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
     return importlib.import_module(f"isingattn_study.{module}")
 
 
-def _check_writable(path: str, option: str, *, is_file: bool = False) -> None:
+def check_writable(path: str, option: str, *, is_file: bool = False) -> None:
     """Refuse an output path that cannot be written, before any work starts: probe the
     folder (or the nearest existing ancestor it would be created in) with a temporary file."""
     folder = os.path.dirname(os.path.abspath(path)) if is_file else os.path.abspath(path)
     if is_file and os.path.isdir(path):
-        raise _error(f"{option} {path!r} is a folder; give a file path.")
+        raise input_error(f"{option} {path!r} is a folder; give a file path.")
     probe = folder
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
-        raise _error(f"{option} {path!r} cannot be created: {probe!r} is a file, not a folder. "
+        raise input_error(f"{option} {path!r} cannot be created: {probe!r} is a file, not a folder. "
                      f"Choose another {option}.")
     try:
         with tempfile.TemporaryFile(dir=probe, prefix=".isingattn-probe-"):
             pass
     except OSError as e:
-        raise _error(f"{option} {path!r} is not writable ({e.strerror} in {probe!r}); choose another {option} "
+        raise input_error(f"{option} {path!r} is not writable ({e.strerror} in {probe!r}); choose another {option} "
                      "or fix the folder's permissions.") from None
 
 
-def _engine_from_args(name: str, kw_text: str, option: str = "--engine", kw_option: str = "--engine-kw"):
+def engine_from_args(name: str, kw_text: str, option: str = "--engine", kw_option: str = "--engine-kw"):
     """The engine ``name`` with the settings ``kw_text``; errors quote the options as given:
     ``option name kw_option kw_text`` (e.g. ``--reference gibbs --reference-kw ...``), or
     ``kw_option name:kw_text`` where the settings name their engine themselves (``option ==
@@ -163,11 +163,11 @@ def _engine_from_args(name: str, kw_text: str, option: str = "--engine", kw_opti
     try:
         kw = _parse_kw(kw_text, kw_option)
     except IsingInputError as e:
-        raise _error(f"{given}: {e}") from None
+        raise input_error(f"{given}: {e}") from None
     try:
         engine = get(name, **kw)
     except (IsingInputError, IsingTypeError) as e:
-        raise _error(f"{given}: {e}") from None
+        raise input_error(f"{given}: {e}") from None
     sample_kwargs = dict(getattr(engine, "sample_kwargs", ()))
     if sample_kwargs:  # a dimod sampler's own parameters: only the sampler can check them, so try one read
         import dimod
@@ -176,7 +176,7 @@ def _engine_from_args(name: str, kw_text: str, option: str = "--engine", kw_opti
             engine.sampler.sample(dimod.BinaryQuadraticModel({0: 0.0}, {}, 0.0, "SPIN"), num_reads=1,
                                   **sample_kwargs)
         except Exception as e:  # any sampler's refusal, which would otherwise surface mid-training
-            raise _error(f"{given}: {type(engine.sampler).__name__} refused these settings "
+            raise input_error(f"{given}: {type(engine.sampler).__name__} refused these settings "
                          f"({type(e).__name__}: {e}).") from None
     return engine, kw
 
@@ -189,51 +189,51 @@ def _dyck_words(T: int, depth: int, types: int) -> int:
     return ways[0] * types ** (T // 2)
 
 
-def _check_train_args(args) -> None:
+def check_train_args(args) -> None:
     """Every option of ``train`` that argparse's types cannot check alone."""
-    engine, _ = _engine_from_args(args.engine, args.engine_kw)
+    engine, _ = engine_from_args(args.engine, args.engine_kw)
     coupled = [v for v in args.variants if v in ("hJ", "J")]
     max_n = getattr(engine, "max_n", None)
     if coupled and isinstance(max_n, int) and args.seq_len > max_n:
-        raise _error(f"--seq-len {args.seq_len} exceeds what --engine {args.engine} solves for the {'/'.join(coupled)} "
+        raise input_error(f"--seq-len {args.seq_len} exceeds what --engine {args.engine} solves for the {'/'.join(coupled)} "
                      f"variant(s): at most {max_n} spins (its max_n). Use --seq-len ≤ {max_n}, --engine banded with "
                      "--J-param banded --J-band 8, or an approximate engine (gibbs, sqa, meanfield-bp).")
     if args.d_model % args.heads:
-        raise _error(f"--heads {args.heads} must divide --d-model {args.d_model}; pick --heads among the divisors of "
+        raise input_error(f"--heads {args.heads} must divide --d-model {args.d_model}; pick --heads among the divisors of "
                      f"{args.d_model}.")
     if args.J_param == "banded" and args.J_band is None:
-        raise _error("--J-param banded needs --J-band, the largest coupled distance, e.g. --J-band 8.")
+        raise input_error("--J-param banded needs --J-band, the largest coupled distance, e.g. --J-band 8.")
     if args.J_param == "full" and args.J_band is not None:
-        raise _error(f"--J-band {args.J_band} applies to --J-param banded or toeplitz; a full J has no band.")
+        raise input_error(f"--J-band {args.J_band} applies to --J-param banded or toeplitz; a full J has no band.")
     if args.devices is not None:
         import jax
 
         if args.devices > len(jax.devices()):
-            raise _error(f"--devices {args.devices}: only {len(jax.devices())} device(s) are visible to JAX. "
+            raise input_error(f"--devices {args.devices}: only {len(jax.devices())} device(s) are visible to JAX. "
                          "On CPU, fake devices come from XLA_FLAGS=--xla_force_host_platform_device_count=N.")
         if args.batch_size % args.devices:
-            raise _error(f"--batch-size {args.batch_size} must be a multiple of --devices {args.devices}.")
+            raise input_error(f"--batch-size {args.batch_size} must be a multiple of --devices {args.devices}.")
     data = getattr(args, "data", None)
     if data is not None and not os.path.isfile(data):
-        raise _error(f"--data {data}: no such file; pass the Tiny Shakespeare input.txt, or leave --data out to use "
+        raise input_error(f"--data {data}: no such file; pass the Tiny Shakespeare input.txt, or leave --data out to use "
                      "$ISINGATTN_DATA, the cache or a verified download.")
     if args.task in ("brackets", "brackets-hard"):
         from isingattn.models.brackets import BRACKETS
 
         if args.types > len(BRACKETS):
-            raise _error(f"--types {args.types}: there are {len(BRACKETS)} bracket kinds ({BRACKETS}); "
+            raise input_error(f"--types {args.types}: there are {len(BRACKETS)} bracket kinds ({BRACKETS}); "
                          f"use --types 1..{len(BRACKETS)}.")
     if args.task == "brackets":  # brackets-hard's fillers and kinds make far more strings than a split needs
         depth = args.seq_len // 2 if args.depth is None else min(args.depth, args.seq_len // 2)
         distinct = min(_dyck_words(args.seq_len, depth, args.types), 2 * (args.n_train + args.n_test))
         if int(0.2 * distinct) < 1:  # brackets.make_data holds out at most 20% of the distinct strings
-            raise _error(f"--seq-len {args.seq_len} --types {args.types} (--depth {depth}, --n-train {args.n_train}, "
+            raise input_error(f"--seq-len {args.seq_len} --types {args.types} (--depth {depth}, --n-train {args.n_train}, "
                          f"--n-test {args.n_test}) yields at most {distinct} distinct bracket string(s), too few "
                          "for a held-out test set (at most 20% are held out); use a longer --seq-len, more --types, "
                          "or a larger --n-train.")
 
 
-def _cell_from_args(args, task: str):
+def cell_from_args(args, task: str):
     from isingattn.models.app.experiments import Cell
 
     extra = {}
@@ -253,12 +253,12 @@ def _cell_from_args(args, task: str):
     return cell
 
 
-def _check_reproduce_args(args) -> None:
+def check_reproduce_args(args) -> None:
     """``reproduce``'s names against the grid, and its output folder, before any cell runs."""
     grid = study("parts").grid
 
     root = args.out or ("runs/reproduce-quick" if args.quick else "results/reproduce")
-    _check_writable(root, "--out")
+    check_writable(root, "--out")
     if args.report_only:
         return
     cells = grid(args.quick)
@@ -266,18 +266,18 @@ def _check_reproduce_args(args) -> None:
                                 ("--engine", args.engine, "engine"), ("--cell", args.cell, "name")):
         valid = sorted({getattr(c, attr) for c in cells})
         if value is not None and value not in valid:
-            raise _error(f"{option} {value}: the {'quick ' if args.quick else ''}grid has no such cell; "
+            raise input_error(f"{option} {value}: the {'quick ' if args.quick else ''}grid has no such cell; "
                          f"choose one of {', '.join(map(str, valid))}.")
 
 
 def add_bracket_data_options(b, hb) -> None:
     """The data options of ``train brackets`` (``b``) and ``train brackets-hard`` (``hb``)."""
     for t, n_train in ((b, 20000), (hb, 1000)):
-        t.add_argument("--depth", type=_positive_int, default=None,
+        t.add_argument("--depth", type=positive_int_arg, default=None,
                        help="maximum nesting depth; without it T/2 (any nesting)")
-        t.add_argument("--types", type=_positive_int, default=3, help="number of bracket kinds (1..4)")
-        t.add_argument("--n-train", type=_positive_int, default=n_train, help="training strings (fewer if T is short)")
-        t.add_argument("--n-test", type=_positive_int, default=2000,
+        t.add_argument("--types", type=positive_int_arg, default=3, help="number of bracket kinds (1..4)")
+        t.add_argument("--n-train", type=positive_int_arg, default=n_train, help="training strings (fewer if T is short)")
+        t.add_argument("--n-test", type=positive_int_arg, default=2000,
                        help="held-out test strings (at most 20%% of the distinct strings if T is short)")
     hb.add_argument("--filler", type=float, default=0.25, help="chance that a step is a filler token, in [0, 1)")
     hb.add_argument("--split", choices=("shape", "string"), default="shape",
@@ -286,14 +286,14 @@ def add_bracket_data_options(b, hb) -> None:
                     help="one nested Dyck word over all kinds instead of each kind its own word, interleaved")
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """An argument error is one line (not the usage block) and exit status 2."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows every option's default, except a flag's (store_true/store_false: its help says
     what giving it does; "(default: True)" on --no-ffn would read backwards) and a None
     or empty default (the help says in words what happens without the option)."""

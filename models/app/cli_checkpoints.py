@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from isingattn.models.app.cli_args import _check_writable, _engine_from_args, _error
+from isingattn.models.app.cli_args import check_writable, engine_from_args, input_error
 
 
 def _analysis_folder(checkpoint: str) -> str:
@@ -19,22 +19,22 @@ def _analysis_folder(checkpoint: str) -> str:
     return os.path.join("runs", "analyze", "-".join([p for p in parts[-3:-1] if p] + [stem]))
 
 
-def _analyze(args) -> int:
+def analyze_verb(args) -> int:
     from isingattn import analysis, atomic
     from isingattn.models.saved import load_transformer
 
     out = args.out or _analysis_folder(args.checkpoint) + (f"-layer{args.layer}" if args.layer else "")
-    _check_writable(out, "--out")
+    check_writable(out, "--out")
     model, meta = load_transformer(args.checkpoint)
     variant = model.config.variant
     if variant not in ("hJ", "J"):
         # refused (exit 2) rather than drawing all-zero plots: a script that asked for an
         # analysis of couplings must not read a success from a model that has none
-        raise _error(f"{args.checkpoint} holds a {variant!r} model, which has no learned couplings (J ≡ 0): "
+        raise input_error(f"{args.checkpoint} holds a {variant!r} model, which has no learned couplings (J ≡ 0): "
                      "nothing to analyze. Pass a checkpoint of the hJ or J variant (e.g. ckpt-hJ-s0.npz).")
     L = model.config.n_layers
     if args.layer >= L:
-        raise _error(f"--layer {args.layer}: {args.checkpoint} has {L} layer(s); use --layer 0..{L - 1}.")
+        raise input_error(f"--layer {args.layer}: {args.checkpoint} has {L} layer(s); use --layer 0..{L - 1}.")
     J = model.blocks[args.layer].attn.couplings()  # (H, T, T)
     report = {}
     import matplotlib.pyplot as plt
@@ -58,15 +58,15 @@ def _analyze(args) -> int:
     return 0
 
 
-def _evaluate(args) -> int:
+def evaluate_verb(args) -> int:
     from isingattn import atomic
     from isingattn.models.app.evaluate import describe, evaluate_checkpoint
 
     if args.json:
-        _check_writable(args.json, "--json", is_file=True)
+        check_writable(args.json, "--json", is_file=True)
     if args.engine_kw and not args.engine:
-        raise _error(f"--engine-kw {args.engine_kw} needs --engine (the engine it configures), e.g. --engine gibbs.")
-    engine = _engine_from_args(args.engine, args.engine_kw)[0] if args.engine else None
+        raise input_error(f"--engine-kw {args.engine_kw} needs --engine (the engine it configures), e.g. --engine gibbs.")
+    engine = engine_from_args(args.engine, args.engine_kw)[0] if args.engine else None
     result = evaluate_checkpoint(args.checkpoint, engine=engine, keys=args.keys, data_path=args.data)
     print(describe(result))
     if args.json:
@@ -75,12 +75,12 @@ def _evaluate(args) -> int:
     return 0
 
 
-def _export_bqm(args) -> int:
+def export_bqm_verb(args) -> int:
     from isingattn import atomic
     from isingattn.models.query_model import query_model
     from isingattn.models.saved import load_transformer
 
-    _check_writable(args.out, "--out", is_file=True)
+    check_writable(args.out, "--out", is_file=True)
     model, meta = load_transformer(args.checkpoint)
     ising = query_model(model, meta, args.text, args.query, head=args.head, layer=args.layer)
     bqm = ising.to_bqm()

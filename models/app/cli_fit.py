@@ -24,8 +24,8 @@ import shutil
 import sys
 import warnings
 
-from isingattn.models.app.cli_args import (_check_writable, _error, _nonnegative_float, _positive_float, _positive_int,
-                                           _seed)
+from isingattn.models.app.cli_args import (check_writable, input_error, nonnegative_float_arg, positive_float_arg, positive_int_arg,
+                                           seed_arg)
 
 SET = ("model.npz", "model.bqm", "fit.json")
 
@@ -42,11 +42,11 @@ def add_fit_parser(sub, fmt: dict) -> None:
     f.add_argument("--graph", default=None,
                    help="couplings allowed to be non-zero, a graph spec such as lattice:8x8 (its n must equal the "
                         "data's columns); without it, all pairs")
-    f.add_argument("--beta", type=_positive_float, default=1.0, help="inverse temperature of the fitted model")
-    f.add_argument("--l1", type=_nonnegative_float, default=0.0, help="L1 penalty on J (plm)")
-    f.add_argument("--l2", type=_nonnegative_float, default=1e-4, help="L2 penalty on h and J")
-    f.add_argument("--max-iter", type=_positive_int, default=None, help="iterations (pcd: steps); without it, the method's default")
-    f.add_argument("--seed", type=_seed, default=0, help="seed of stochastic methods (pcd)")
+    f.add_argument("--beta", type=positive_float_arg, default=1.0, help="inverse temperature of the fitted model")
+    f.add_argument("--l1", type=nonnegative_float_arg, default=0.0, help="L1 penalty on J (plm)")
+    f.add_argument("--l2", type=nonnegative_float_arg, default=1e-4, help="L2 penalty on h and J")
+    f.add_argument("--max-iter", type=positive_int_arg, default=None, help="iterations (pcd: steps); without it, the method's default")
+    f.add_argument("--seed", type=seed_arg, default=0, help="seed of stochastic methods (pcd)")
     f.add_argument("--out", required=True, help="output folder for model.npz, model.bqm and fit.json")
     f.set_defaults(func=_fit)
 
@@ -69,9 +69,9 @@ def _fit(args) -> int:
         try:
             graph = graphs.parse(args.graph, key=jax.random.PRNGKey(args.seed))
         except IsingInputError as e:
-            raise _error(f"--graph {args.graph}: {e}") from None
+            raise input_error(f"--graph {args.graph}: {e}") from None
         if graph.n != samples.shape[1]:
-            raise _error(f"--graph {args.graph} has {graph.n} spins but {args.data} has {samples.shape[1]} columns; "
+            raise input_error(f"--graph {args.graph} has {graph.n} spins but {args.data} has {samples.shape[1]} columns; "
                          "give a graph on the data's columns.")
     extra = {"key": jax.random.PRNGKey(args.seed)} if args.method == "pcd" else {}
     if args.max_iter is not None:
@@ -108,11 +108,11 @@ def _check_out(out: str) -> None:
     as a whole), or the current folder or one above it."""
     from isingattn import atomic
 
-    _check_writable(out, "--out")
+    check_writable(out, "--out")
     path = os.path.abspath(out)
     here = os.path.abspath(os.getcwd())
     if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
-        raise _error(f"--out {out!r} is the current folder or holds it; fit replaces --out as a whole, so give it a "
+        raise input_error(f"--out {out!r} is the current folder or holds it; fit replaces --out as a whole, so give it a "
                      "folder of its own, e.g. --out fit1.")
     if not os.path.isdir(path):
         return
@@ -120,12 +120,12 @@ def _check_out(out: str) -> None:
     for name in SET:
         p = os.path.join(path, name)
         if os.path.lexists(p) and not os.path.isfile(p):
-            raise _error(f"--out {out!r}: {name} there is not a file (a folder or another kind of entry); remove it or "
+            raise input_error(f"--out {out!r}: {name} there is not a file (a folder or another kind of entry); remove it or "
                          "choose another --out.")
     other = sorted(set(os.listdir(path)) - set(SET))
     if other:
         shown = ", ".join(other[:5]) + (" ..." if len(other) > 5 else "")
-        raise _error(f"--out {out!r} holds other entries than a fit's model.npz, model.bqm and fit.json ({shown}); the "
+        raise input_error(f"--out {out!r} holds other entries than a fit's model.npz, model.bqm and fit.json ({shown}); the "
                      "set is written by replacing the folder as one, so give fit an empty or new folder, or an earlier "
                      "fit's.")
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from isingattn.models import checkpoint
-from isingattn.models.app.cli_args import _HelpFormatter
+from isingattn.models.app.cli_args import HelpFormatter
 from isingattn.models.app.cli import build_parser, run
 
 OUT = "{out}"  # replaced by a fresh folder per row
@@ -329,12 +329,12 @@ def _walk(parser, path=()):
 
 
 def test_every_option_has_help_and_an_honest_default():
-    fmt = _HelpFormatter("isingattn")
+    fmt = HelpFormatter("isingattn")
     walked = list(_walk(build_parser()))
     assert {p for p, _ in walked} >= {("train", "brackets"), ("train", "shakespeare"), ("reproduce",), ("analyze",),
                                       ("export-bqm",), ("compare",)}
     for path, parser in walked:
-        assert parser.formatter_class is _HelpFormatter, path
+        assert parser.formatter_class is HelpFormatter, path
         for action in parser._actions:
             if isinstance(action, argparse._HelpAction):
                 continue

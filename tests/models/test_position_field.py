@@ -115,10 +115,10 @@ def test_rel_bias_is_a_field_bias_for_weight_decay_and_saves_in_the_config():
 
 def test_rel_bias_option_reaches_the_model_config():
     from isingattn.models.app.cli import build_parser
-    from isingattn.models.app.cli_args import _cell_from_args
+    from isingattn.models.app.cli_args import cell_from_args
 
     for argv, want in ((["--rel-bias"], True), ([], False)):
         args = build_parser().parse_args(["train", "brackets-hard", "--seq-len", "8", *argv])
-        cell = _cell_from_args(args, "brackets-hard")
+        cell = cell_from_args(args, "brackets-hard")
         assert cell.rel_bias is want and cell.config("softmax", 7).rel_bias is want
         assert cell.name.endswith("-relbias") is want

@@ -228,10 +228,10 @@ def test_query_model_reads_the_chosen_layer():
 
 def test_layers_option_reaches_the_model_config():
     from isingattn.models.app.cli import build_parser
-    from isingattn.models.app.cli_args import _cell_from_args
+    from isingattn.models.app.cli_args import cell_from_args
 
     args = build_parser().parse_args(["train", "brackets", "--layers", "2", "--heads", "4", "--d-model", "16"])
-    cell = _cell_from_args(args, "brackets")
+    cell = cell_from_args(args, "brackets")
     cfg = cell.config("hJ", 6)
     assert (cell.layers, cfg.n_layers, cfg.n_heads) == (2, 2, 4)
     with pytest.raises(SystemExit):
