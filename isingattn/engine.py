@@ -181,6 +181,7 @@ def jit_call(engine: Engine, method: str, model: IsingModel, key):
 _BUILTIN = {
     "exact": "isingattn.inference.exact.engine:Exact",
     "banded": "isingattn.inference.banded.engine:Banded",
+    "planar": "isingattn.inference.planar.engine:Planar",
     "meanfield": "isingattn.inference.meanfield.engine:MeanField",
     "meanfield-naive": "isingattn.inference.meanfield.engine:meanfield_naive",
     "meanfield-tap": "isingattn.inference.meanfield.engine:meanfield_tap",
