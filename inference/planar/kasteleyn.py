@@ -113,26 +113,43 @@ def lattice_kind(n: int, edges: np.ndarray):
     return None if torus is None else ("torus", torus)
 
 
-def build_lattice(n: int, edges: np.ndarray, kind: str, shape) -> Dimer:
+def build_lattice(n: int, edges: np.ndarray, kind: str, shape, signs: bool = True) -> Dimer:
     """The 4-terminal expanded graph of the row-major ``L × M`` lattice (``kind`` "lattice")
-    or torus ("torus") holding ``edges``."""
+    or torus ("torus", with its ``class_sign`` unless ``signs`` is False) holding ``edges``."""
     L, M = shape
-    i, j = edges[:, 0].astype(np.int64), edges[:, 1].astype(np.int64)
-    d = j - i
-    horiz = (d == 1) & (j % M != 0)
-    vert = (d == M) & (L > 1) & ~horiz
-    wrap_h = ~horiz & ~vert & (d == M - 1) & (i % M == 0) if kind == "torus" else np.zeros_like(horiz)
-    wrap_v = ~horiz & ~vert & ~wrap_h if kind == "torus" else np.zeros_like(horiz)
-    u = np.where(horiz, 4 * i + E_, np.where(vert, 4 * i + S_, np.where(wrap_h, 4 * j + E_, 4 * j + S_)))
-    v = np.where(horiz, 4 * j + W_, np.where(vert, 4 * j + N_, np.where(wrap_h, 4 * i + W_, 4 * i + N_)))
+    wrap, (u, v) = _kinds(edges, shape, kind), _torus_nodes(edges, shape, kind)
     base = 4 * np.arange(n, dtype=np.int64)[:, None]
     a, b, w = (np.array(x) for x in zip(*_CITY))
     fixed = ((base + a).ravel(), (base + b).ravel(), np.broadcast_to(w, (n, w.size)).ravel().astype(np.float64))
-    wrap = np.where(wrap_h, 1, np.where(wrap_v, 2, 0))
     dimer = Dimer(4 * n, fixed, u, v, np.ones(edges.shape[0]), kind, shape, wrap)
-    if kind == "torus":
-        dimer.class_sign = class_signs(dimer, edges, shape)
+    if kind == "torus" and signs:
+        dimer.class_sign = class_signs(shape)
     return dimer
+
+
+def _kinds(edges, shape, kind="torus"):
+    """``[E]``: 0 for a lattice bond, 1 for a horizontal wrap edge, 2 for a vertical one."""
+    L, M = shape
+    i, j = edges[:, 0].astype(np.int64), edges[:, 1].astype(np.int64)
+    d = j - i
+    bond = ((d == 1) & (j % M != 0)) | ((d == M) & (L > 1))
+    if kind != "torus":
+        return np.zeros(d.size, np.int8)
+    return np.where(bond, 0, np.where((d == M - 1) & (i % M == 0), 1, 2)).astype(np.int8)
+
+
+def _torus_nodes(edges, shape, kind="torus"):
+    """``(u, v)`` terminals of every edge: E→W for horizontal bonds and wraps (the wrap from
+    column M-1 to column 0), S→N for vertical ones (the wrap from row L-1 to row 0)."""
+    L, M = shape
+    i, j = edges[:, 0].astype(np.int64), edges[:, 1].astype(np.int64)
+    d = j - i
+    wrap = _kinds(edges, shape, kind)
+    horiz = (wrap == 0) & (d == 1) & (j % M != 0)
+    vert = (wrap == 0) & ~horiz
+    u = np.where(horiz, 4 * i + E_, np.where(vert, 4 * i + S_, np.where(wrap == 1, 4 * j + E_, 4 * j + S_)))
+    v = np.where(horiz, 4 * j + W_, np.where(vert, 4 * j + N_, np.where(wrap == 1, 4 * i + W_, 4 * i + N_)))
+    return u, v
 
 
 def _torus_loops(L: int, M: int):
@@ -146,8 +163,9 @@ def _torus_loops(L: int, M: int):
     return {(1, 0): row, (0, 1): col, (1, 1): both}
 
 
-def class_signs(dimer: Dimer, edges: np.ndarray, shape) -> np.ndarray:
-    """``ε_c`` of the torus orientation, ``[2, 2]`` (``ε_00 = 1``).
+def class_signs(shape) -> np.ndarray:
+    """``ε_c`` of the ``L × M`` torus orientation, ``[2, 2]`` (``ε_00 = 1``). An edge's orientation
+    depends on its position only, so the signs hold for any subset of the torus' bonds.
 
     For a class ``c``, put weight 1 on the non-wrap edges of one loop of class ``c``, ½ on
     its wrap edges and 0 elsewhere: the even subgraphs are the empty one and the loop, so
@@ -155,6 +173,10 @@ def class_signs(dimer: Dimer, edges: np.ndarray, shape) -> np.ndarray:
     computed with the same signed low-rank update as the model's Pfaffians. Only the loop's
     cities matter (the others are the same block in both Pfaffians), so the matrices are small."""
     L, M = shape
+    idx = np.arange(L * M).reshape(L, M)
+    edges = np.concatenate([np.stack([idx.ravel(), np.roll(idx, -1, ax).ravel()], 1) for ax in (0, 1)])
+    edges = np.sort(edges, axis=1)
+    dimer = build_lattice(L * M, edges, "torus", shape, signs=False)
     key = {(int(a), int(b)): e for e, (a, b) in enumerate(edges.tolist())}
     eps = np.ones((2, 2))
     for c, loop in _torus_loops(L, M).items():
