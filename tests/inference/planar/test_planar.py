@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from isingattn import IsingModel, graphs
-from isingattn.engine import get
+from isingattn.engine import from_spec, get, to_spec
 from isingattn.errors import IsingInputError
 from isingattn.inference.planar import Planar
 from isingattn.onsager import K_C, torus_log_z
@@ -205,3 +205,20 @@ def test_refusals():
         jax.jit(lambda w: Planar().marginals(IsingModel(jnp.zeros(g.n), SparseCouplings(g, w))).mean)(jnp.ones(g.E))
     with pytest.raises(IsingInputError, match="edge_corr"):
         Planar(edge_corr="yes")
+
+
+def test_causal_float32_and_spec():
+    """Causal queries (prefix by prefix) against brute force over each prefix; a float32 model
+    still gets a float64 log Z (float32 is only the model's storage: the weights are read as
+    they are); the engine's spec round-trips."""
+    g = graphs.lattice((2, 3))
+    w = glass(g, 5)
+    J = np.asarray(SparseCouplings(g, w).to_dense())
+    out = Planar().marginals(IsingModel(np.zeros((g.n, g.n)), J, beta=0.7, causal=True))
+    for i in range(g.n):
+        assert abs(out.log_z[i] - brute(g.n, g.edges, w, 0.7, np.arange(g.n) <= i)[0]) < F64
+    w32 = w.astype(np.float32)
+    out = Planar().marginals(IsingModel(np.zeros(g.n, np.float32), SparseCouplings(g, w32), beta=0.7))
+    assert out.log_z.dtype == np.float64 and out.mean.dtype == np.float32
+    assert abs(float(out.log_z) - brute(g.n, g.edges, w32.astype(np.float64), np.float32(0.7))[0]) < F64
+    assert from_spec(to_spec(Planar(edge_corr=True))) == Planar(edge_corr=True)
