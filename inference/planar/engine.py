@@ -24,7 +24,7 @@ from isingattn import validate as V
 from isingattn.engine import ConvergenceWarning, Engine
 from isingattn.errors import IsingInputError
 from isingattn.inference.planar.kasteleyn import Dimer, build_lattice, build_planar, lattice_kind
-from isingattn.inference.planar.pfaffian import SparseSkew, update_ratio
+from isingattn.inference.planar.pfaffian import SparseSkew, update_ratio, woodbury_core
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import CouplingGraph, SparseCouplings
@@ -64,7 +64,13 @@ class Planar(Engine):
     graphs, ``N = 4n`` nodes on the lattice), per model of the batch; the torus adds ``2(L+M)``
     solves and a dense ``2(L+M)`` Pfaffian. ``edge_corr`` needs one entry of ``K⁻¹`` per edge,
     by solves in blocks: ``O(E · nnz(LU))``, seconds at ``n = 64²`` and the binding cost beyond
-    ``10^4`` spins; not available on the torus.
+    ``10^4`` spins (the torus also keeps ``K⁻¹``'s ``2(L+M)`` wrap columns, ``N × 2(L+M)`` floats).
+
+    Accuracy (float64): ``log Z`` to ~1e-15 relative on planar graphs and on uniform tori (the
+    tests: Kaufman to 1e-8, brute force to 1e-11 absolute); edge correlations to ~1e-10. On a
+    frustrated torus at low temperature the four Pfaffians nearly cancel against the planar
+    part (ratios ~1e-2, a Woodbury core with condition ~1e5 on the 4×4 ±J glass at β = 2), and
+    correlations there come out to ~3e-8.
 
     Not differentiable through JAX (a host computation); ``edge_corr`` is the gradient,
     ``∂ log Z / ∂(βJ_e) = ⟨s_i s_j⟩``.
@@ -103,10 +109,6 @@ class Planar(Engine):
         inactive = (np.zeros(weights.shape[0]) if act is None else
                     (~np.broadcast_to(np.asarray(act), batch + (model.n,))).reshape(-1, model.n).sum(-1))
         dimer = _dimer(graph) if graph.E else None
-        if self.edge_corr and dimer is not None and dimer.kind == "torus":
-            raise IsingInputError("Planar(edge_corr=True) is not available on the torus (its correlations need the "
-                                  "inverses of four Kasteleyn matrices); use edge_corr=False for log Z, or an open "
-                                  "lattice.")
         log_z = np.empty(weights.shape[0])
         corr = np.empty(weights.shape) if self.edge_corr else None
         for b in range(weights.shape[0]):
@@ -162,7 +164,8 @@ def solve(dimer: Optional[Dimer], x: np.ndarray, want_corr: bool):
     t = np.tanh(x)
     base = float(np.sum(_log_cosh(x)))
     if dimer.kind == "torus":
-        return base + _torus_log_sum(dimer, t), None
+        log_sum, corr = _torus(dimer, t, want_corr)
+        return base + log_sum, corr
     lu = SparseSkew(dimer.matrix(t))
     corr = None
     if want_corr:
@@ -173,25 +176,44 @@ def solve(dimer: Optional[Dimer], x: np.ndarray, want_corr: bool):
     return base + lu.log_abs_pf, corr
 
 
-def _torus_log_sum(dimer: Dimer, t: np.ndarray) -> float:
-    """``log Σ_c W_c`` on the torus: ``W_planar · Σ_c ε_c X_c`` with ``X_c = ¼ Σ_ab (-1)^{a c₁ + b c₂}
-    R_ab`` and ``R_ab = Pf(K_ab) / Pf(K_planar)`` (signed; :func:`update_ratio`)."""
+def _torus(dimer: Dimer, t: np.ndarray, want_corr: bool):
+    """``(log Σ_c W_c, correlations [E] or None)`` on the torus: ``Σ_c W_c = W_planar · T`` with
+    ``T = Σ_ab coef_ab R_ab``, ``coef_ab = ¼ Σ_c ε_c (-1)^{a c₁ + b c₂}`` and ``R_ab = Pf(K_ab) /
+    Pf(K_planar)`` (signed; :func:`update_ratio`), all from one LU of the planar part.
+
+    Correlations: ``∂ log T / ∂t_e = Σ_ab ω_ab σ_e(ab) K_ab⁻¹[v_e, u_e]`` with ``ω_ab = coef_ab R_ab / T``
+    (``∂ Pf / ∂K[u, v] = Pf · K⁻¹[v, u]``) and each ``K_ab⁻¹`` entry from ``K_planar⁻¹`` by Woodbury."""
     planar = SparseSkew(dimer.matrix(t, keep=dimer.wrap == 0))
     wrap = np.flatnonzero((dimer.wrap > 0) & (t != 0))
     S = np.ravel(np.stack([dimer.edge_u[wrap], dimer.edge_v[wrap]], axis=1))
-    G = planar.columns(S, rows=S) if wrap.size else np.zeros((0, 0))
+    X = planar.columns(S) if want_corr else None  # K_planar⁻¹[:, S]
+    G = (X[S] if want_corr else planar.columns(S, rows=S)) if wrap.size else np.zeros((0, 0))
     G = 0.5 * (G - G.T)  # skew up to round-off
-    signs, logs, coefs = [], [], []
+    terms = []  # (signed coefficient times sign of R_ab, log|coef R_ab|, flips [E], M_ab)
     for a in (0, 1):
         for b in (0, 1):
-            flip = np.where(dimer.wrap[wrap] == 1, (-1.0) ** a, (-1.0) ** b)
-            s, lr = update_ratio(G, t[wrap] * dimer.edge_sign[wrap] * flip)
+            flips = np.where(dimer.wrap == 1, (-1.0) ** a, np.where(dimer.wrap == 2, (-1.0) ** b, 1.0))
+            c = t[wrap] * dimer.edge_sign[wrap] * flips[wrap]
+            s, lr = update_ratio(G, c)
             coef = 0.25 * sum(dimer.class_sign[c1, c2] * (-1.0) ** (a * c1 + b * c2) for c1 in (0, 1) for c2 in (0, 1))
-            signs.append(s * np.sign(coef))
-            logs.append(lr + math.log(abs(coef)) if coef != 0 else -math.inf)
-    logs = np.array(logs)
+            if coef != 0:
+                terms.append((s * np.sign(coef), lr + math.log(abs(coef)), flips, c))
+    logs = np.array([x[1] for x in terms])
     top = np.max(logs)
-    total = float(np.sum(np.array(signs) * np.exp(logs - top)))
+    parts = np.array([x[0] for x in terms]) * np.exp(logs - top)
+    total = float(np.sum(parts))
     if not total > 0:
-        return math.nan
-    return planar.log_abs_pf + top + math.log(total)
+        return math.nan, (np.full(t.shape, np.nan) if want_corr else None)
+    log_sum = planar.log_abs_pf + top + math.log(total)
+    if not want_corr:
+        return log_sum, None
+    on = dimer.in_k
+    u, v = dimer.edge_u[on], dimer.edge_v[on]
+    P = planar.entries(v, u)  # K_planar⁻¹[v, u], wrap edges included (entries of the inverse)
+    grad = np.zeros(on.sum())
+    for (_, _, flips, c), omega in zip(terms, parts / total):
+        Kinv = P + (np.einsum("ek,ek->e", X[v] @ np.linalg.inv(woodbury_core(G, c)), X[u]) if wrap.size else 0.0)
+        grad += omega * dimer.edge_sign[on] * flips[on] * Kinv
+    corr = t.copy()
+    corr[on] = t[on] + (1.0 - t[on] ** 2) * grad
+    return log_sum, corr

@@ -98,6 +98,17 @@ class SparseSkew:
         return out
 
 
+def woodbury_core(G, c):
+    """``G + C⁻¹`` for the block ``C`` of :func:`update_ratio`: the matrix whose Pfaffian gives the
+    ratio and whose inverse gives ``(K + Δ)⁻¹ = K⁻¹ - K⁻¹ U (G + C⁻¹)⁻¹ Uᵀ K⁻¹`` (Woodbury)."""
+    c = np.asarray(c, np.float64)
+    M = np.array(G, dtype=np.float64, copy=True)
+    i = np.arange(c.size)
+    M[2 * i, 2 * i + 1] -= 1.0 / c
+    M[2 * i + 1, 2 * i] += 1.0 / c
+    return M
+
+
 def update_ratio(G, c) -> tuple[float, float]:
     """``(sign, log|r|)`` of ``r = Pf(K + Δ) / Pf(K)``, where ``Δ`` couples the pairs
     ``(S[2e], S[2e+1])`` by ``Δ[S[2e], S[2e+1]] = c[e]`` (and ``-c[e]`` transposed) and
@@ -111,10 +122,6 @@ def update_ratio(G, c) -> tuple[float, float]:
     k = c.size
     if k == 0:
         return 1.0, 0.0
-    M = np.array(G, dtype=np.float64, copy=True)
-    i = np.arange(k)
-    M[2 * i, 2 * i + 1] -= 1.0 / c
-    M[2 * i + 1, 2 * i] += 1.0 / c
-    s, log_pf = slog_pfaffian(M)
+    s, log_pf = slog_pfaffian(woodbury_core(G, c))
     sign = s * (-1.0) ** k * float(np.prod(np.sign(c)))
     return sign, log_pf + float(np.sum(np.log(np.abs(c))))

@@ -26,6 +26,10 @@ from isingattn.sparse import CouplingGraph, SparseCouplings
 
 F64 = 1e-11  # absolute on log Z (|log Z| ≲ 60 here)
 CORR = 1e-9  # absolute on correlations: entries of K⁻¹ from the LU (1e-10 measured on the wheel's hub at β = 2)
+# On the torus the correlations are a weighted sum over the four Pfaffians of entries of K_ab⁻¹ from
+# Woodbury on the planar part; on the frustrated 4x4 glass at β = 2 the ratios Pf(K_ab)/Pf(K_planar)
+# are ~1e-2 and cond(G + C⁻¹) ~4e5, so round-off reaches 2.6e-8 (measured).
+TORUS_CORR = 1e-7
 
 
 def brute(n, edges, w, beta, mask=None):
@@ -88,14 +92,13 @@ def test_against_brute_force(name, beta):
         g = shuffled(planar_zoo()[name], seed=len(name))
     w = glass(g, seed=len(name) + int(10 * beta))
     torus = name.startswith(("torus", "cylinder"))
-    out = Planar(edge_corr=not torus).marginals(IsingModel(np.zeros(g.n), SparseCouplings(g, w), beta=beta))
+    out = Planar(edge_corr=True).marginals(IsingModel(np.zeros(g.n), SparseCouplings(g, w), beta=beta))
     ref_lz, ref_corr = brute(g.n, g.edges, w, beta)
     assert out.info["graph_kind"] == ("torus" if torus else "lattice" if name.startswith("lattice") else "planar")
     assert abs(float(out.log_z) - ref_lz) < F64
     assert np.all(np.asarray(out.mean) == 0)
-    if not torus:
-        np.testing.assert_allclose(out.info["edge_corr"], ref_corr, rtol=0, atol=CORR)
-        np.testing.assert_array_equal(out.info["edges"], g.edges)
+    np.testing.assert_allclose(out.info["edge_corr"], ref_corr, rtol=0, atol=TORUS_CORR if torus else CORR)
+    np.testing.assert_array_equal(out.info["edges"], g.edges)
 
 
 TORI = [(4, 4), (3, 7), (8, 8), (16, 16), (32, 32), pytest.param((64, 64), marks=pytest.mark.slow)]
@@ -153,17 +156,23 @@ def test_strips_against_transfer_matrix(periodic):
         assert abs(float(out.log_z) - ref) <= 1e-10 * abs(ref)
 
 
-@pytest.mark.parametrize("name", ["lattice 10x10", "delaunay"])
+@pytest.mark.parametrize("name", ["lattice 10x10", "torus 6x7", "delaunay"])
 def test_edge_corr_against_finite_differences(name):
     """⟨s_i s_j⟩ = ∂ log Z / ∂(βJ_e), against central differences of Planar's own log Z on a
-    glass at β = 1.5 (step 1e-5: truncation ~1e-10 · third derivative)."""
-    g = graphs.lattice((10, 10)) if name.startswith("lattice") else shuffled(planar_zoo()["delaunay"], 1)
+    glass at β = 1.5 (step 1e-5: truncation ~1e-10 · third derivative); on the torus, wrap edges
+    among the checked ones."""
+    if name == "delaunay":
+        g = shuffled(planar_zoo()["delaunay"], 1)
+    else:
+        g = graphs.lattice((10, 10) if name.startswith("lattice") else (6, 7), periodic=name.startswith("torus"))
     w = glass(g, seed=11)
     beta, step = 1.5, 1e-5
     eng = Planar()
     lz = lambda w: float(eng.marginals(IsingModel(np.zeros(g.n), SparseCouplings(g, w), beta=beta)).log_z)
     corr = Planar(edge_corr=True).marginals(IsingModel(np.zeros(g.n), SparseCouplings(g, w), beta=beta)).info["edge_corr"]
-    for e in np.random.default_rng(0).choice(g.E, 6, replace=False):
+    d = g.edges[:, 1] - g.edges[:, 0]
+    wraps = np.flatnonzero((d > 1) & (d != 7))[:2] if name.startswith("torus") else []
+    for e in [*np.random.default_rng(0).choice(g.E, 6, replace=False), *wraps]:
         d = np.zeros(g.E)
         d[e] = step / beta
         fd = (lz(w + d) - lz(w - d)) / (2 * step)
@@ -198,9 +207,6 @@ def test_refusals():
         k = shuffled(G, 0)
         with pytest.raises(IsingInputError, match="neither.*junction-tree.*'pa'"):
             Planar().marginals(IsingModel(np.zeros(k.n), SparseCouplings(k, np.ones(k.E))))
-    t = graphs.lattice((4, 5), periodic=True)
-    with pytest.raises(IsingInputError, match="not available on the torus"):
-        Planar(edge_corr=True).marginals(IsingModel(np.zeros(t.n), SparseCouplings(t, np.ones(t.E))))
     with pytest.raises(IsingInputError, match="concrete model"):
         jax.jit(lambda w: Planar().marginals(IsingModel(jnp.zeros(g.n), SparseCouplings(g, w))).mean)(jnp.ones(g.E))
     with pytest.raises(IsingInputError, match="edge_corr"):
