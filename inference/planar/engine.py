@@ -104,7 +104,7 @@ class Planar(Engine):
                 f"this model has a nonzero field on {k} spin(s). For fields, {_ELSEWHERE}.")
         graph, weights = _edge_list(J, model.n)
         beta = float(model.beta)
-        weights = np.broadcast_to(weights, batch + (graph.E,)).reshape(-1, graph.E)
+        weights = np.broadcast_to(weights, batch + (graph.E,)).reshape(math.prod(batch), graph.E)
         act = model.active()
         inactive = (np.zeros(weights.shape[0]) if act is None else
                     (~np.broadcast_to(np.asarray(act), batch + (model.n,))).reshape(-1, model.n).sum(-1))
