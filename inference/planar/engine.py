@@ -63,8 +63,8 @@ class Planar(Engine):
     Cost: ``log Z`` is one sparse LU (``O(N^{3/2})`` time and ``O(N log N)`` memory on planar
     graphs, ``N = 4n`` nodes on the lattice), per model of the batch; the torus adds ``2(L+M)``
     solves and a dense ``2(L+M)`` Pfaffian. ``edge_corr`` needs one entry of ``K⁻¹`` per edge,
-    by solves in blocks: ``O(E · nnz(LU))``, seconds at ``n = 64²`` and the binding cost beyond
-    ``10^4`` spins (the torus also keeps ``K⁻¹``'s ``2(L+M)`` wrap columns, ``N × 2(L+M)`` floats).
+    by one sparse solve per edge: ``O(E · nnz(LU))``, far above ``log Z``'s cost from ~10^3
+    spins on (a selected inversion would remove it; benchmarks/README.md has timings) (the torus also keeps ``K⁻¹``'s ``2(L+M)`` wrap columns, ``N × 2(L+M)`` floats).
 
     Accuracy (float64): ``log Z`` to ~1e-15 relative on planar graphs and on uniform tori (the
     tests: Kaufman to 1e-8, brute force to 1e-11 absolute); edge correlations to ~1e-10. On a
