@@ -73,9 +73,11 @@ def table(args):
     from isingattn.inference.mcmc import AIS, ParallelTempering
     from isingattn.inference.meanfield import MeanField
     from isingattn.inference.planar import Planar
+    from isingattn.sparse import SparseCouplings
 
     g = graphs.lattice((64, 64))
-    J = graphs.random_couplings(jax.random.key(64), g, "pm", 1.0, dtype=np.float64)
+    # drawn by numpy: the same glass with or without x64 (JAX's draws differ), as the tutorial draws it
+    J = SparseCouplings(g, np.random.default_rng(64).choice([-1.0, 1.0], g.E))
     engines = {
         f"AIS ({args.ais_chains} chains × {args.ais_temps} temperatures)": AIS(num_chains=args.ais_chains,
                                                                                num_temps=args.ais_temps),

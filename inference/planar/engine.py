@@ -49,25 +49,28 @@ class Planar(Engine):
     Which graphs (read from the couplings' nonzero pattern, or a sparse model's edge list):
 
     * an open square lattice in ``graphs.lattice((L, M))`` order (row-major, any subset of its
-      bonds): a fixed 4-node city per spin, no planarity test (fast to 10^6 spins);
+      bonds): a fixed 4-node city per spin, no planarity test;
     * the torus ``graphs.lattice((L, M), periodic=True)`` (``L, M ≥ 3``, any subset of its
       bonds, in that order): four Pfaffians;
-    * any other planar graph, in any labelling: networkx's ``check_planarity`` embeds it (pure
-      Python: fine to ~10^5 spins).
+    * any other planar graph, in any labelling: networkx's ``check_planarity`` embeds it and
+      the expanded graph (pure Python, so slower to set up than the lattice path; the setup is
+      cached per graph).
 
     Refused with ``IsingInputError``: a model with a nonzero field, a graph that is neither
     planar nor a lattice torus in that order, and a traced model (the engine runs on the host,
     outside ``jit``). Masks are honoured (an inactive spin leaves the graph); causal models are
     solved prefix by prefix by the engine template.
 
-    Cost: ``log Z`` is one sparse LU (``O(N^{3/2})`` time and ``O(N log N)`` memory on planar
-    graphs, ``N = 4n`` nodes on the lattice), per model of the batch; the torus adds ``2(L+M)``
-    solves and a dense ``2(L+M)`` Pfaffian. ``edge_corr`` needs one entry of ``K⁻¹`` per edge,
-    by one sparse solve per edge: ``O(E · nnz(LU))``, far above ``log Z``'s cost from ~10^3
-    spins on (a selected inversion would remove it; benchmarks/README.md has timings) (the torus also keeps ``K⁻¹``'s ``2(L+M)`` wrap columns, ``N × 2(L+M)`` floats).
+    Cost: ``log Z`` is one sparse LU per model of the batch (``N = 4n`` nodes on the lattice;
+    planar separators bound a good order's work by ``O(N^{3/2})`` and its fill by
+    ``O(N log N)``; SuperLU's minimum-degree order comes near: benchmarks/README.md); the torus
+    adds ``2(L+M)`` solves and a dense ``2(L+M)`` Pfaffian. ``edge_corr`` needs one entry of
+    ``K⁻¹`` per edge, by one sparse solve per edge: ``O(E · nnz(LU))``, far above ``log Z``'s
+    cost from ~10^3 spins on (a selected inversion would remove it); the torus also keeps
+    ``K⁻¹``'s ``2(L+M)`` wrap columns (``N × 2(L+M)`` floats).
 
-    Accuracy (float64): ``log Z`` to ~1e-15 relative on planar graphs and on uniform tori (the
-    tests: Kaufman to 1e-8, brute force to 1e-11 absolute); edge correlations to ~1e-10. On a
+    Accuracy (float64, as tested): ``log Z`` against brute force to 1e-11 absolute and
+    against Kaufman to 1e-8 relative; edge correlations to 1e-9. On a
     frustrated torus at low temperature the four Pfaffians nearly cancel against the planar
     part (ratios ~1e-2, a Woodbury core with condition ~1e5 on the 4×4 ±J glass at β = 2), and
     correlations there come out to ~3e-8.
