@@ -117,10 +117,10 @@ def test_torus_against_kaufman(shape):
         assert abs(float(out.log_z) - ref) <= 1e-8 * abs(ref), (shape, K)
 
 
-def transfer_log_z(L, W, right, down, beta, periodic):
+def transfer_log_z(L, W, right, down, beta, periodic, diag=None):
     """log Z of an L-row, W-column strip, row by row over the 2^W states of a row: ``right[r, c]``
     couples (r, c)-(r, c+1) (c = W-1: the wrap to column 0 when ``periodic``), ``down[r, c]``
-    couples (r, c)-(r+1, c)."""
+    couples (r, c)-(r+1, c) and ``diag[r, c]`` (optional, c < W-1) couples (r, c)-(r+1, c+1)."""
     rows = np.array(list(itertools.product([-1.0, 1.0], repeat=W)))
     nxt = np.roll(rows, -1, axis=1)
     span = W if periodic else W - 1
@@ -129,6 +129,8 @@ def transfer_log_z(L, W, right, down, beta, periodic):
         log_v = log_v + beta * (rows[:, :span] * nxt[:, :span] * right[r, :span]).sum(1)
         if r < L - 1:
             A = log_v[:, None] + beta * (rows[:, None, :] * rows[None, :, :] * down[r]).sum(-1)
+            if diag is not None:
+                A = A + beta * (rows[:, None, :-1] * rows[None, :, 1:] * diag[r, :-1]).sum(-1)
             top = A.max(0)
             log_v = top + np.log(np.exp(A - top).sum(0))
     top = log_v.max()
@@ -153,6 +155,28 @@ def test_strips_against_transfer_matrix(periodic):
         out = Planar().marginals(IsingModel(np.zeros(n), SparseCouplings(g, np.array(w)), beta=beta))
         assert out.info["graph_kind"] == ("torus" if periodic else "lattice")
         ref = transfer_log_z(L, W, right, down, beta, periodic)
+        assert abs(float(out.log_z) - ref) <= 1e-10 * abs(ref)
+
+
+def test_general_path_against_transfer_matrix():
+    """The networkx path on larger graphs: a 30 × 4 triangular strip (cities of degree 6) and a
+    30 × 4 square strip, both relabelled at random (so no lattice is recognised), Gaussian
+    couplings at β = 1.5, against the transfer matrix over the original rows."""
+    L, W, beta = 30, 4, 1.5
+    idx = np.arange(L * W).reshape(L, W)
+    r = np.random.default_rng(5)
+    right, down, diag = r.normal(size=(L, W)), r.normal(size=(L - 1, W)), r.normal(size=(L - 1, W))
+    for triangular in (False, True):
+        pairs = [((i, c), (i, c + 1), right[i, c]) for i in range(L) for c in range(W - 1)]
+        pairs += [((i, c), (i + 1, c), down[i, c]) for i in range(L - 1) for c in range(W)]
+        if triangular:
+            pairs += [((i, c), (i + 1, c + 1), diag[i, c]) for i in range(L - 1) for c in range(W - 1)]
+        perm = r.permutation(L * W)
+        g = CouplingGraph(L * W, [(perm[idx[a]], perm[idx[b]]) for a, b, _ in pairs])
+        w = np.array([x for _, _, x in pairs])
+        out = Planar().marginals(IsingModel(np.zeros(g.n), SparseCouplings(g, w), beta=beta))
+        assert out.info["graph_kind"] == "planar"
+        ref = transfer_log_z(L, W, right, down, beta, False, diag if triangular else None)
         assert abs(float(out.log_z) - ref) <= 1e-10 * abs(ref)
 
 
