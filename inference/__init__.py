@@ -4,7 +4,7 @@ Every engine class is importable from here, and loads on first use (PEP 562): ``
 isingattn.inference import Gibbs`` imports the MCMC family, and ``import isingattn.inference``
 loads no engine, numpyro or dimod. ``get(name, **config)`` builds an engine by its registry name
 and ``available()`` lists the names. The families: :mod:`~isingattn.inference.exact`,
-:mod:`~isingattn.inference.banded`, :mod:`~isingattn.inference.junction_tree`,
+:mod:`~isingattn.inference.banded`, :mod:`~isingattn.inference.junction_tree`, :mod:`~isingattn.inference.planar`,
 :mod:`~isingattn.inference.meanfield`,
 :mod:`~isingattn.inference.mcmc`, :mod:`~isingattn.inference.dqa` and
 :mod:`~isingattn.inference.dimod`.

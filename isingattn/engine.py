@@ -190,6 +190,7 @@ _BUILTIN = {
     "exact": "isingattn.inference.exact.engine:Exact",
     "banded": "isingattn.inference.banded.engine:Banded",
     "junction-tree": "isingattn.inference.junction_tree.engine:JunctionTree",
+    "planar": "isingattn.inference.planar.engine:Planar",
     "meanfield": "isingattn.inference.meanfield.engine:MeanField",
     "meanfield-naive": "isingattn.inference.meanfield.engine:meanfield_naive",
     "meanfield-tap": "isingattn.inference.meanfield.engine:meanfield_tap",
