@@ -17,6 +17,7 @@ _LAZY = {
     "Exact": "exact",
     "Banded": "banded",
     "JunctionTree": "junction_tree",
+    "Planar": "planar",
     "MeanField": "meanfield",
     "Gibbs": "mcmc",
     "ParallelTempering": "mcmc",
