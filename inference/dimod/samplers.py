@@ -28,6 +28,7 @@ from isingattn.inference.dqa import engine as dqa
 from isingattn.inference.mcmc import sqa
 from isingattn.inference.mcmc.coloring import color_classes
 from isingattn.inference.mcmc.sqa_kernel import SCHEDULES as SQA_SCHEDULES
+from isingattn.convert import json_safe
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 from isingattn.validate import boolean, nonneg_int, positive_float, positive_int
@@ -56,20 +57,6 @@ def check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise IsingInputError(f"seed must be None or an int in [0, 2**32); got {seed!r}.")
     return int(seed)
-
-
-def json_safe(x):
-    """``x`` with NumPy arrays and scalars made Python lists and numbers (dicts and tuples
-    kept), so that a sample set's ``info`` passes ``json.dumps``."""
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x)(json_safe(v) for v in x)
-    if isinstance(x, (np.ndarray, jax.Array)):
-        return np.asarray(x).tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 def edge_list(J):
@@ -378,8 +365,8 @@ class SQASampler(IsingSampler):
             h = jnp.pad(h, (0, m - n))
             J = jnp.pad(J, ((0, m - n), (0, m - n)))
         # Reads run in calls of c reads each (equal sizes: one compilation), call k with key
-        # fold_in(key, k): the reads depend on the seed and num_reads only, whether or not an
-        # interrupt_function is given; it is asked between calls.
+        # fold_in(key, k) (one call: the key itself): the reads depend on the seed and num_reads
+        # only, whether or not an interrupt_function is given; it is asked between calls.
         calls = -(-R // READS_PER_CALL)
         c = -(-R // calls)
         if init is None:
@@ -391,7 +378,7 @@ class SQASampler(IsingSampler):
         for k in range(calls):
             if k and stop is not None and stop():
                 break
-            samples, run_info = sqa.sqa_sample(jax.random.fold_in(key, k), h, J, jnp.asarray(run_beta, model.dtype),
+            samples, run_info = sqa.sqa_sample(key if calls == 1 else jax.random.fold_in(key, k), h, J, jnp.asarray(run_beta, model.dtype),
                                                num_reads=c, trotter=P, num_sweeps=int(p["num_sweeps"]),
                                                gamma_schedule=run_schedule, mode=p["mode"],
                                                thermal_sweeps=p["thermal_sweeps"],
