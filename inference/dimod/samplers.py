@@ -158,6 +158,7 @@ _SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=No
                      mode="anneal", thermal_sweeps=100, global_moves=True, initial_states=None,
                      initial_states_generator="random", interrupt_function=None)
 INITIAL_STATES_GENERATORS = ("none", "tile", "random")  # dimod.Initialized's
+SAMPLE_DTYPE = jnp.float32  # SQASampler's kernel dtype
 READS_PER_CALL = 16  # at most this many reads run in one compiled call; interrupt_function is asked between calls
 THERMAL_BETA = 1.0
 THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
@@ -356,6 +357,9 @@ class SQASampler(IsingSampler):
             h, run_beta, run_schedule = beta * model.h, 1.0, anneal_gamma_schedule(1.0, P)
         else:
             h, J, run_beta, run_schedule = model.h, model.J, beta, schedule
+        # float32 whatever jax_enable_x64: the kernel's noise and fields in float64 ran ~10x
+        # slower on a CPU, and the energies reported are the BQM's own (float64)
+        h, J = jnp.asarray(h, SAMPLE_DTYPE), J.astype(SAMPLE_DTYPE)
         if sparse:  # edge list: colour-class sweeps, O(P·n + E) per read
             classes, m = color_classes(J), n
         else:
@@ -378,12 +382,13 @@ class SQASampler(IsingSampler):
         for k in range(calls):
             if k and stop is not None and stop():
                 break
-            samples, run_info = sqa.sqa_sample(key if calls == 1 else jax.random.fold_in(key, k), h, J, jnp.asarray(run_beta, model.dtype),
+            samples, run_info = sqa.sqa_sample(key if calls == 1 else jax.random.fold_in(key, k), h, J,
+                                               jnp.asarray(run_beta, SAMPLE_DTYPE),
                                                num_reads=c, trotter=P, num_sweeps=int(p["num_sweeps"]),
                                                gamma_schedule=run_schedule, mode=p["mode"],
                                                thermal_sweeps=p["thermal_sweeps"],
                                                global_moves=bool(p["global_moves"]), classes=classes,
-                                               init=jnp.asarray(init[k * c:(k + 1) * c], model.dtype))
+                                               init=jnp.asarray(init[k * c:(k + 1) * c], SAMPLE_DTYPE))
             out.append(np.asarray(samples)[:min(c, R - k * c), :n])
             infos.append(run_info)
         # acceptance rates count the padding spins too; energies come from the BQM itself
