@@ -229,7 +229,7 @@ class SQASampler(IsingSampler):
     """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`~isingattn.inference.mcmc.sqa.SQA`).
 
     ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
-    them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
+    them per call. Parameters: ``num_reads``, ``num_sweeps`` (0: the initial states), ``trotter``,
     ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"anneal"``, the
     default: ground-state search, lowest-energy replica per read, as every sampler of the
     Ocean ecosystem is an optimizer by default; ``"thermal"``: samples ``exp(-β E_bqm)``),
@@ -268,6 +268,33 @@ class SQASampler(IsingSampler):
     sampled as their SPIN equivalent and returned as 0/1 with the BQM's own energies.
     Slow for large dense problems: ``O(num_reads · n² · trotter · num_sweeps)``; one
     compilation per problem size and parameter set.
+
+    Sparse BQMs (an annealer's graph: Chimera, Pegasus, Zephyr; ``IsingModel.from_bqm``
+    takes the edge list for ``n ≥ 64`` at most 10% coupled) are never densified: each sweep
+    moves the classes of a proper colouring of the graph at once, ``O(trotter · (n + E))``
+    per read and memory ``O(num_reads · trotter · n + E)``; the anneal-mode β comes from
+    the edge list (:func:`anneal_beta`); one compilation per graph and parameter set (a
+    derived schedule runs in units of ``1/β``, so every BQM on one graph shares it). The
+    kernel runs in float32 whatever ``jax_enable_x64`` (its noise and fields in float64
+    ran about 10x slower on a CPU); energies are the BQM's own.
+
+    Ocean's parameters, as dwave-samplers names them:
+
+    * ``initial_states`` (samples-like, ``dimod.as_samples``: an array with labels, dicts,
+      a sample set; values ±1 for a SPIN BQM, 0/1 for a BINARY one): every Trotter slice of
+      a read starts there. ``initial_states_generator`` (``"random"``, the default: reads
+      beyond the given states start at random; ``"tile"``: the given states repeat;
+      ``"none"``: fewer states than ``num_reads`` is an error). ``num_sweeps=0`` returns
+      the initial states (anneal mode: the lowest-energy slice, i.e. the state itself).
+    * ``interrupt_function``: reads run in calls of at most ``READS_PER_CALL`` reads (equal
+      sizes, one compiled program); before each call after the first it is called, and when
+      it returns True sampling stops and the reads already made are returned
+      (``info["interrupted"]``). A read depends only on ``seed`` and ``num_reads``, so an
+      interrupted run returns exactly the first reads of the full one.
+    * ``num_reads``, ``num_sweeps``, ``seed`` as above. dwave-samplers'
+      ``PathIntegralAnnealingSampler`` anneals β (``beta_range``, ``beta_schedule_type``) at
+      a fixed Γ; this sampler anneals Γ at a fixed β, so its schedule parameters keep their
+      own names (``beta``, ``gamma_schedule``).
     """
 
     DEFAULTS = _SQA_DEFAULTS
