@@ -76,6 +76,18 @@ def test_sparse_topologies_energies_labels_and_vartypes(sampler, vartype, spin_g
     json.dumps(ss.to_serializable())  # info included: no NumPy arrays
 
 
+@pytest.mark.parametrize("cls", [SQASampler, PTSampler, SwendsenWangSampler, DQASampler], ids=lambda c: c.__name__)
+def test_every_sampler_passes_dimods_api_check(cls):
+    sampler = cls()
+    dimod.testing.assert_sampler_api(sampler)  # dimod's own conformance of parameters and properties
+    json.dumps(sampler.properties)
+    if cls is SQASampler:  # Ocean's names, as dwave-samplers' PathIntegralAnnealingSampler has them
+        from dwave.samplers import PathIntegralAnnealingSampler
+
+        ocean = {"num_reads", "num_sweeps", "seed", "initial_states", "initial_states_generator", "interrupt_function"}
+        assert ocean <= set(PathIntegralAnnealingSampler().parameters) and ocean <= set(sampler.parameters)
+
+
 def test_anneal_defaults_from_the_edge_list_equal_the_dense_ones(spin_glass):
     sparse, dense = (IsingModel.from_bqm(spin_glass, sparse=s) for s in (True, False))
     assert anneal_beta(sparse.h, sparse.J, 8) == pytest.approx(anneal_beta(dense.h, dense.J, 8), rel=1e-12)
