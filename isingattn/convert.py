@@ -186,3 +186,17 @@ def _real(what: str, x) -> float:
         return float(x)
     except (TypeError, ValueError) as e:
         raise IsingTypeError(f"{what} must be a real number; got {type(x).__name__} {x!r} ({e}). Store biases as floats.") from None
+
+
+def json_safe(x):
+    """``x`` with NumPy arrays and scalars made Python lists and numbers (dicts and tuples
+    kept), so that a sample set's ``info`` passes ``json.dumps``."""
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(json_safe(v) for v in x)
+    if isinstance(x, np.ndarray) or (hasattr(x, "__array__") and hasattr(x, "shape")):  # NumPy or JAX arrays
+        return np.asarray(x).tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x

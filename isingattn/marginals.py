@@ -75,6 +75,50 @@ class Marginals(eqx.Module):
             lines.append(f"  time             {float(info['wall_s']):.3g} s")
         return "\n".join(lines)
 
+    def to_sampleset(self, model, index=None):
+        """The samples as a ``dimod.SampleSet`` of ``model`` (the model they were drawn
+        from), so that Ocean's tools (``truncate``, ``lowest``, ``aggregate``, the
+        inspector) apply to them.
+
+        ``samples [..., S, n]`` (the model's batch axes, then the engine's sample axes):
+        one row per sample, in order, not aggregated; ``index`` picks one model of a
+        batch, as in :meth:`isingattn.IsingModel.to_bqm`. Variables are the model's
+        labels (``0..n-1`` without), inactive spins left out; energies are those of
+        ``model.to_bqm(index)`` (SPIN, ``E(s)`` of the model, offset 0); ``info`` holds
+        ``beta`` and the engine's ``info`` for that model (NumPy arrays as lists, so
+        ``json.dumps`` takes it). Raises ``IsingInputError`` when there are no samples
+        (a deterministic engine, or an engine that kept none).
+        """
+        import dimod
+        import numpy as np
+
+        from isingattn import convert
+        from isingattn.errors import IsingInputError
+
+        if self.samples is None:
+            raise IsingInputError("to_sampleset needs samples: this Marginals holds none (a deterministic engine, or "
+                                  "one that did not keep them, e.g. Gibbs(keep_samples=False)). Use a sampling engine.")
+        bqm = convert.to_bqm(model, index)  # checks index against the batch
+        batch = model.batch_shape
+        S = np.asarray(self.samples)
+        if S.ndim < len(batch) + 2 or S.shape[:len(batch)] != batch or S.shape[-1] != model.n:
+            raise IsingInputError(f"samples of shape {S.shape} do not fit this model (batch {batch}, n = {model.n}): "
+                                  "to_sampleset needs [*batch, samples..., n], from the model that was sampled.")
+        idx = () if index is None else ((index,) if isinstance(index, (int, np.integer)) else tuple(index))
+        S = S[idx].reshape(-1, model.n)
+        labels = convert.label_list(model)
+        keep = np.flatnonzero(convert.single(model, index)[2])  # the active spins, as in the BQM
+        rows = np.where(S[:, keep] > 0, 1, -1).astype(np.int8)
+        def one(v):  # this model's entry of a per-model diagnostic
+            a = np.asarray(v) if not isinstance(v, str) else v
+            if isinstance(a, np.ndarray) and idx and a.shape[:len(batch)] == batch:
+                a = a[idx]
+            return a
+
+        info = {"beta": float(np.broadcast_to(np.asarray(model.beta), batch)[idx]),
+                "engine_info": convert.json_safe({k: one(v) for k, v in self.info.items()})}
+        return dimod.SampleSet.from_samples_bqm((rows, [labels[i] for i in keep]), bqm, info=info)
+
 
 class Label(str):
     """A string entry of ``Marginals.info`` (e.g. ``info["log_z_kind"] == "exact"``). It is

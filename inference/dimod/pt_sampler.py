@@ -6,6 +6,8 @@ energies)."""
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +66,8 @@ class PTSampler(IsingSampler):
             m = -(-n // PAD_TO) * PAD_TO
             model = IsingModel(jnp.pad(model.h, (0, m - n)), jnp.pad(model.J, ((0, m - n), (0, m - n))), model.beta,
                                mask=jnp.arange(m) < n)
+        t = time.perf_counter_ns()
         out = engine.marginals(model, key=jax.random.PRNGKey(seed))
         info = {k: np.asarray(out.info[k]) for k in ("ladder", "swap_rate", "round_trip_rate", "log_z_se")}
         info["log_z"] = np.asarray(out.log_z)
-        return np.asarray(out.samples)[:, :n], labels, info
+        return np.asarray(out.samples)[:, :n], labels, info, t

@@ -14,23 +14,27 @@ BQM, BINARY models sampled as their SPIN equivalent and returned as 0/1, and a
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+import time
+from typing import Any, ClassVar, Optional
 
 import dimod
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn.errors import IsingInputError, TooManySpinsError
+from isingattn.errors import IsingInputError, IsingTypeError, TooManySpinsError
 from isingattn.inference.dqa import circuit as dqa_circuit
 from isingattn.inference.dqa import engine as dqa
 from isingattn.inference.mcmc import sqa
+from isingattn.inference.mcmc.coloring import color_classes
 from isingattn.inference.mcmc.sqa_kernel import SCHEDULES as SQA_SCHEDULES
+from isingattn.convert import json_safe
 from isingattn.model import IsingModel
+from isingattn.sparse import SparseCouplings
 from isingattn.validate import boolean, nonneg_int, positive_float, positive_int
 
 __all__ = ["IsingSampler", "SQASampler", "DQASampler", "anneal_beta", "anneal_gamma_schedule", "check_beta",
-           "check_seed"]
+           "check_seed", "edge_list", "json_safe"]
 
 PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 
@@ -53,6 +57,17 @@ def check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise IsingInputError(f"seed must be None or an int in [0, 2**32); got {seed!r}.")
     return int(seed)
+
+
+def edge_list(J):
+    """``(edges [E, 2], weights [E])`` (numpy, float64) of the nonzero couplings of one
+    model's ``J``: a dense ``[n, n]`` or a :class:`~isingattn.sparse.SparseCouplings`,
+    whose edge list is read as it is (never densified)."""
+    if isinstance(J, SparseCouplings):
+        return np.asarray(J.graph.edges), np.asarray(J.weights, np.float64)
+    Jn = np.asarray(J, np.float64)
+    i, j = np.nonzero(np.triu(Jn, 1))
+    return np.stack([i, j], 1), Jn[i, j]
 
 
 class IsingSampler(dimod.Sampler):
@@ -85,6 +100,7 @@ class IsingSampler(dimod.Sampler):
     def sample(self, bqm, **parameters):
         """Sample a ``dimod.BinaryQuadraticModel``; returns a ``dimod.SampleSet`` with
         ``num_reads`` rows (not aggregated), energies from ``bqm`` and its vartype."""
+        t0 = time.perf_counter_ns()
         parameters = self.remove_unknown_kwargs(**parameters)
         seed = parameters.pop("seed", None)
         p = {**self._defaults, **{k: v for k, v in parameters.items() if v is not None}}
@@ -92,13 +108,23 @@ class IsingSampler(dimod.Sampler):
         seed = check_seed(seed)
         info = {"seed": seed, **self._info(p, plan)}
         if not bqm.variables:
-            return dimod.SampleSet.from_samples_bqm((np.empty((p["num_reads"], 0), np.int8), []), bqm, info=info)
-        spins, labels, run_info = self._sample(bqm, p, plan, seed)
+            spins, labels = np.empty((p["num_reads"], 0), np.int8), []
+            t1 = t2 = time.perf_counter_ns()
+        else:
+            spins, labels, run_info, t1 = self._sample(bqm, p, plan, seed)
+            jax.block_until_ready(spins)
+            t2 = time.perf_counter_ns()
+            info.update(run_info)
         s = np.asarray(spins).astype(np.int8)
         if bqm.vartype is dimod.BINARY:  # sampled as its SPIN equivalent
             s = (s + 1) // 2
-        info.update(run_info)
-        return dimod.SampleSet.from_samples_bqm((s, list(labels)), bqm, info=info)
+        info = json_safe(info)
+        # dwave-samplers' timing keys: set up (model, schedule, colouring), the compiled
+        # runs (compilation included on a first call), the sample set
+        info["timing"] = {"preprocessing_ns": t1 - t0, "sampling_ns": t2 - t1}
+        out = dimod.SampleSet.from_samples_bqm((s, list(labels)), bqm, info=info)
+        info["timing"]["postprocessing_ns"] = time.perf_counter_ns() - t2
+        return out
 
     # ---- what a subclass supplies -------------------------------------------------------
 
@@ -115,8 +141,10 @@ class IsingSampler(dimod.Sampler):
         return {}
 
     def _sample(self, bqm, p: dict, plan, seed: int):
-        """``(spins [num_reads, n] ±1, their variable labels, info dict)`` for a non-empty
-        BQM, sampled in its SPIN view (``IsingModel.from_bqm``)."""
+        """``(spins [num_reads, n] ±1, their variable labels, info dict, t)`` for a
+        non-empty BQM, sampled in its SPIN view (``IsingModel.from_bqm``); ``t`` is
+        ``time.perf_counter_ns()`` when the set-up ended and sampling began (the
+        preprocessing / sampling split of ``info["timing"]``)."""
         raise NotImplementedError
 
 
@@ -127,7 +155,11 @@ class IsingSampler(dimod.Sampler):
 # anneal_gamma_schedule).
 # mode="anneal": an Ocean sampler is an optimizer unless told otherwise (dwave-samplers' SA, openjij, a QPU)
 _SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=None, beta=None,
-                     mode="anneal", thermal_sweeps=100, global_moves=True)
+                     mode="anneal", thermal_sweeps=100, global_moves=True, initial_states=None,
+                     initial_states_generator="random", interrupt_function=None)
+INITIAL_STATES_GENERATORS = ("none", "tile", "random")  # dimod.Initialized's
+SAMPLE_DTYPE = jnp.float32  # SQASampler's kernel dtype
+READS_PER_CALL = 16  # at most this many reads run in one compiled call; interrupt_function is asked between calls
 THERMAL_BETA = 1.0
 THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
 
@@ -141,7 +173,8 @@ RING_COLD = float(np.arctanh(np.sqrt(EXCITATION)))  # ... and where it costs e^{
 
 def anneal_beta(h, J, trotter: int) -> float:
     """Default β of ``SQASampler(mode="anneal")`` for the SPIN model ``h [n]``, ``J [n, n]``
-    (symmetric, zero diagonal; ``E = -h·s - ½ sᵀJs``, so flipping spin ``i`` costs
+    (symmetric, zero diagonal) or a :class:`~isingattn.sparse.SparseCouplings` (read as its
+    edge list, O(n + E): nothing is densified) (``E = -h·s - ½ sᵀJs``, so flipping spin ``i`` costs
     ``2 s_i F_i`` with ``F_i = h_i + Σ_j J_ij s_j``) and ``trotter`` replicas ``P``.
 
     ``β = min(β_cold, β_mix)`` (a Python float) with, over the spins that have a nonzero bias:
@@ -160,16 +193,22 @@ def anneal_beta(h, J, trotter: int) -> float:
     every bias by ``c`` divides β by ``c``.
     """
     h = np.abs(np.asarray(h, np.float64))
-    A = np.abs(np.asarray(J, np.float64))
-    terms = np.concatenate([h[:, None], A], axis=1)  # [n, n + 1]: every |bias| that touches spin i
-    nonzero = terms > 0
-    biased = nonzero.any(axis=1)
+    edges, w = edge_list(J)
+    w = np.abs(w)
+    n = h.shape[0]
+    # per spin, over every |bias| that touches it: the smallest nonzero one and the sum of squares
+    delta_i = np.where(h > 0, h, np.inf)
+    ends = np.concatenate([edges[:, 0], edges[:, 1]])
+    ww = np.concatenate([w, w])
+    np.minimum.at(delta_i, ends, np.where(ww > 0, ww, np.inf))
+    square = h**2 + np.bincount(ends, ww**2, minlength=n)
+    biased = np.isfinite(delta_i)
     if not biased.any():
         return 1.0
-    delta_i = np.where(nonzero, terms, np.inf).min(axis=1)[biased]
+    delta_i = delta_i[biased]
     delta = delta_i.min()
     beta_cold = np.log(np.sum(delta_i == delta) / EXCITATION) / (2.0 * delta)
-    sigma = np.sqrt(np.mean((h**2 + np.sum(A**2, axis=1))[biased]))
+    sigma = np.sqrt(np.mean(square[biased]))
     beta_mix = trotter * np.log(1.0 / EXCITATION) / (2.0 * sigma)
     return float(min(beta_cold, beta_mix))
 
@@ -190,7 +229,7 @@ class SQASampler(IsingSampler):
     """Path-integral SQA as a ``dimod.Sampler`` (the algorithm of :class:`~isingattn.inference.mcmc.sqa.SQA`).
 
     ``SQASampler(**defaults)`` sets default parameters; ``sample(bqm, **params)`` overrides
-    them per call. Parameters: ``num_reads``, ``num_sweeps``, ``trotter``,
+    them per call. Parameters: ``num_reads``, ``num_sweeps`` (0: the initial states), ``trotter``,
     ``gamma_schedule=(kind, Γ_max, Γ_min)``, ``beta``, ``mode`` (``"anneal"``, the
     default: ground-state search, lowest-energy replica per read, as every sampler of the
     Ocean ecosystem is an optimizer by default; ``"thermal"``: samples ``exp(-β E_bqm)``),
@@ -229,18 +268,54 @@ class SQASampler(IsingSampler):
     sampled as their SPIN equivalent and returned as 0/1 with the BQM's own energies.
     Slow for large dense problems: ``O(num_reads · n² · trotter · num_sweeps)``; one
     compilation per problem size and parameter set.
+
+    Sparse BQMs (an annealer's graph: Chimera, Pegasus, Zephyr; ``IsingModel.from_bqm``
+    takes the edge list for ``n ≥ 64`` at most 10% coupled) are never densified: each sweep
+    moves the classes of a proper colouring of the graph at once, ``O(trotter · (n + E))``
+    per read and memory ``O(num_reads · trotter · n + E)``; the anneal-mode β comes from
+    the edge list (:func:`anneal_beta`); one compilation per graph and parameter set (a
+    derived schedule runs in units of ``1/β``, so every BQM on one graph shares it). The
+    kernel runs in float32 whatever ``jax_enable_x64`` (its noise and fields in float64
+    ran about 10x slower on a CPU); energies are the BQM's own.
+
+    Ocean's parameters, as dwave-samplers names them:
+
+    * ``initial_states`` (samples-like, ``dimod.as_samples``: an array with labels, dicts,
+      a sample set; values ±1 for a SPIN BQM, 0/1 for a BINARY one): every Trotter slice of
+      a read starts there. ``initial_states_generator`` (``"random"``, the default: reads
+      beyond the given states start at random; ``"tile"``: the given states repeat;
+      ``"none"``: fewer states than ``num_reads`` is an error). ``num_sweeps=0`` returns
+      the initial states (anneal mode: the lowest-energy slice, i.e. the state itself).
+    * ``interrupt_function``: reads run in calls of at most ``READS_PER_CALL`` reads (equal
+      sizes, one compiled program); before each call after the first it is called, and when
+      it returns True sampling stops and the reads already made are returned
+      (``info["interrupted"]``). A read depends only on ``seed`` and ``num_reads``, so an
+      interrupted run returns exactly the first reads of the full one.
+    * ``num_reads``, ``num_sweeps``, ``seed`` as above. dwave-samplers'
+      ``PathIntegralAnnealingSampler`` anneals β (``beta_range``, ``beta_schedule_type``) at
+      a fixed Γ; this sampler anneals Γ at a fixed β, so its schedule parameters keep their
+      own names (``beta``, ``gamma_schedule``).
     """
 
     DEFAULTS = _SQA_DEFAULTS
 
     def _check(self, p):
+        own = "SQASampler"
+        num_sweeps = nonneg_int("num_sweeps", p["num_sweeps"], owner=own)  # 0: the initial states, unchanged
         schedule = THERMAL_GAMMA_SCHEDULE if p["gamma_schedule"] is None else p["gamma_schedule"]
-        sqa.check_config(num_sweeps=p["num_sweeps"], trotter=p["trotter"], gamma_schedule=schedule,
-                     mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
+        sqa.check_config(num_sweeps=max(num_sweeps, 1), trotter=p["trotter"], gamma_schedule=schedule,
+                         mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
         check_beta(p["beta"], optional=True)
+        gen = p["initial_states_generator"]
+        if not isinstance(gen, str) or gen not in INITIAL_STATES_GENERATORS:
+            raise IsingInputError(f"initial_states_generator must be one of {INITIAL_STATES_GENERATORS}; got {gen!r}.")
+        if p["interrupt_function"] is not None and not callable(p["interrupt_function"]):
+            raise IsingTypeError("interrupt_function must be None or a callable of no arguments that returns True to "
+                                 f"stop sampling; got {type(p['interrupt_function']).__name__}.")
 
     def _properties(self) -> dict:
-        return {"modes": sqa.MODES, "gamma_schedules": SQA_SCHEDULES}
+        return {"modes": sqa.MODES, "gamma_schedules": SQA_SCHEDULES,
+                "initial_states_generators": INITIAL_STATES_GENERATORS, "reads_per_call": READS_PER_CALL}
 
     @staticmethod
     def _given(p):
@@ -256,33 +331,122 @@ class SQASampler(IsingSampler):
         return {"beta": beta, "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
                 "gamma_schedule": schedule, "derived": ()}
 
+    @staticmethod
+    def _initial_states(bqm, labels, p) -> Optional[np.ndarray]:
+        """The reads' initial states ``[num_reads, n]`` (float, in the order of ``labels``)
+        in {-1, +1}, with 0 where a read starts at random; None: every read at random."""
+        given, gen, R = p["initial_states"], p["initial_states_generator"], p["num_reads"]
+        if given is None:
+            if gen == "none":
+                raise IsingInputError("initial_states_generator='none' needs initial_states for all num_reads reads; "
+                                      "got none. Pass initial_states, or use 'random'.")
+            return None
+        try:
+            arr, variables = dimod.as_samples(given)
+        except (TypeError, ValueError, KeyError) as err:
+            raise IsingInputError(f"initial_states must be samples-like (dimod.as_samples): an array [reads, "
+                                  f"variables], a dict, or (array, labels); got {type(given).__name__} ({err}).") from None
+        if set(variables) != set(labels) or len(variables) != len(labels):
+            raise IsingInputError(f"initial_states must give a value to each of the BQM's {len(labels)} variables and "
+                                  f"no other; got {len(variables)} variable(s) (shape {arr.shape}).")
+        arr = np.asarray(arr)[:, _positions(variables, labels)].astype(np.float64)
+        allowed = (-1.0, 1.0) if bqm.vartype is dimod.SPIN else (0.0, 1.0)
+        if not np.all(np.isin(arr, allowed)):
+            bad = arr[~np.isin(arr, allowed)].ravel()[0]
+            raise IsingInputError(f"initial_states of a {bqm.vartype.name} BQM must hold values in "
+                                  f"{{{int(allowed[0])}, {int(allowed[1])}}}; got {bad:g}.")
+        if bqm.vartype is dimod.BINARY:
+            arr = 2.0 * arr - 1.0
+        k = arr.shape[0]
+        if k >= R:
+            return arr[:R]
+        if gen == "none" or (gen == "tile" and k == 0):
+            raise IsingInputError(f"initial_states holds {k} state(s) for num_reads={R} and "
+                                  f"initial_states_generator={gen!r}; give {R} states, or use 'tile' or 'random'.")
+        if gen == "tile":
+            return arr[np.arange(R) % k]
+        return np.concatenate([arr, np.zeros((R - k, arr.shape[1]))])  # 'random': the rest start at random
+
     def _sample(self, bqm, p, plan, seed):
         model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
-        n, P = model.n, p["trotter"]
+        n, P, R = model.n, p["trotter"], p["num_reads"]
+        init = self._initial_states(bqm, model.labels, p)
         beta, schedule = self._given(p)
         derived = ()
         if beta is None:  # anneal mode only
             beta, derived = anneal_beta(model.h, model.J, P), ("beta",)
+        sparse = isinstance(model.J, SparseCouplings)
         if schedule is None:
             schedule, derived = anneal_gamma_schedule(beta, P), derived + ("gamma_schedule",)
             # the weights depend on βE and βΓ only: run at β = 1 with βh, βJ and the
-            # problem-independent schedule (one compilation per padded size)
-            h, J, run_beta, run_schedule = beta * model.h, beta * model.J, 1.0, anneal_gamma_schedule(1.0, P)
+            # problem-independent schedule (one compilation per padded size or graph)
+            J = model.J.with_weights(beta * model.J.weights) if sparse else beta * model.J
+            h, run_beta, run_schedule = beta * model.h, 1.0, anneal_gamma_schedule(1.0, P)
         else:
             h, J, run_beta, run_schedule = model.h, model.J, beta, schedule
-        # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
-        # touch the real ones) so that problems of similar size share one compilation.
-        m = -(-n // PAD_TO) * PAD_TO
-        h = jnp.pad(h, (0, m - n))
-        J = jnp.pad(J, ((0, m - n), (0, m - n)))
-        samples, run_info = sqa.sqa_sample(jax.random.PRNGKey(seed), h, J, jnp.asarray(run_beta, model.dtype),
-                                       num_reads=p["num_reads"], trotter=P, num_sweeps=p["num_sweeps"],
-                                       gamma_schedule=run_schedule, mode=p["mode"],
-                                       thermal_sweeps=p["thermal_sweeps"], global_moves=bool(p["global_moves"]))
+        # float32 whatever jax_enable_x64: the kernel's noise and fields in float64 ran ~10x
+        # slower on a CPU, and the energies reported are the BQM's own (float64)
+        h, J = jnp.asarray(h, SAMPLE_DTYPE), J.astype(SAMPLE_DTYPE)
+        if sparse:  # edge list: colour-class sweeps, O(P·n + E) per read
+            classes, m = color_classes(J), n
+        else:
+            # Pad to a multiple of PAD_TO with free spins (zero field and couplings: they do not
+            # touch the real ones) so that problems of similar size share one compilation.
+            classes, m = None, -(-n // PAD_TO) * PAD_TO
+            h = jnp.pad(h, (0, m - n))
+            J = jnp.pad(J, ((0, m - n), (0, m - n)))
+        # Reads run in calls of c reads each (equal sizes: one compilation), call k with key
+        # fold_in(key, k) (one call: the key itself): the reads depend on the seed and num_reads
+        # only, whether or not an interrupt_function is given; it is asked between calls.
+        calls = -(-R // READS_PER_CALL)
+        c = -(-R // calls)
+        if init is None:
+            init = np.zeros((R, n))
+        init = np.pad(init, ((0, calls * c - R), (0, m - n)))  # padding reads and spins start at random
+        key, stop = jax.random.PRNGKey(seed), p["interrupt_function"]
+        t = time.perf_counter_ns()
+        out, infos = [], []
+        for k in range(calls):
+            if k and stop is not None and stop():
+                break
+            samples, run_info = sqa.sqa_sample(key if calls == 1 else jax.random.fold_in(key, k), h, J,
+                                               jnp.asarray(run_beta, SAMPLE_DTYPE),
+                                               num_reads=c, trotter=P, num_sweeps=int(p["num_sweeps"]),
+                                               gamma_schedule=run_schedule, mode=p["mode"],
+                                               thermal_sweeps=p["thermal_sweeps"],
+                                               global_moves=bool(p["global_moves"]), classes=classes,
+                                               init=jnp.asarray(init[k * c:(k + 1) * c], SAMPLE_DTYPE))
+            out.append(np.asarray(samples)[:min(c, R - k * c), :n])
+            infos.append(run_info)
         # acceptance rates count the padding spins too; energies come from the BQM itself
-        info = {k: np.asarray(v) for k, v in run_info.items() if k != "energy"}
-        info.update(beta=beta, gamma_schedule=schedule, derived=derived)
-        return np.asarray(samples)[:, :n], model.labels, info
+        info = _merge_calls(infos)
+        info.update(beta=beta, gamma_schedule=schedule, derived=derived, interrupted=len(out) < calls,
+                    sweep="colour classes" if sparse else "systematic")
+        return np.concatenate(out), model.labels, info, t
+
+
+def _positions(variables, labels) -> list:
+    """The position in ``variables`` of each of ``labels`` (a dict: O(n))."""
+    pos = {v: i for i, v in enumerate(variables)}
+    return [pos[v] for v in labels]
+
+
+def _merge_calls(infos: list) -> dict:
+    """The diagnostics of several :func:`~isingattn.inference.mcmc.sqa.sqa_sample` calls as
+    one: mean acceptance rates; in thermal mode the largest R-hat, converged only if every
+    call is, and frozen where a spin is frozen in every call."""
+    out = {}
+    for k in infos[0]:
+        if k == "energy":
+            continue
+        v = np.stack([np.asarray(i[k]) for i in infos])
+        if k.startswith("acceptance"):
+            out[k] = v.mean(0)
+        elif k == "rhat_energy":
+            out[k] = v.max(0)
+        else:  # converged, frozen
+            out[k] = v.all(0)
+    return out
 
 
 _DQA_DEFAULTS = dict(num_reads=1, tau=12.0, num_steps=32, schedule="linear", order=2, beta=None,
@@ -345,5 +509,6 @@ class DQASampler(IsingSampler):
                 f"{len(bqm.variables)}. Use SQASampler or a classical sampler for larger problems.")
         beta = p["beta"]
         model = IsingModel.from_bqm(bqm, beta=1.0 if beta is None else beta)  # SPIN view, h = -linear, J = -quadratic
+        t = time.perf_counter_ns()
         samples, _, run_info = engine.run(model, key=jax.random.PRNGKey(seed))
-        return samples, model.labels, {k: np.asarray(v).item() for k, v in run_info.items()}
+        return samples, model.labels, {k: np.asarray(v).item() for k, v in run_info.items()}, t

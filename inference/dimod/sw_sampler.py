@@ -6,6 +6,7 @@ energies)."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import jax
@@ -124,6 +125,7 @@ class SwendsenWangSampler(IsingSampler):
                                mask=jnp.arange(m) < n)
         else:
             model = IsingModel(h, J, model.beta)
+        t = time.perf_counter_ns()
         out = engine.marginals(model, key=jax.random.PRNGKey(seed))
         spins = np.asarray(out.samples)[:, :n] * tau
-        return spins, labels, {"gauge_flips": int(np.sum(tau < 0))}
+        return spins, labels, {"gauge_flips": int(np.sum(tau < 0))}, t

@@ -110,7 +110,7 @@ def check_config(*, num_sweeps, trotter, gamma_schedule, mode, num_reads, therma
 @partial(jax.jit, static_argnames=("num_reads", "trotter", "num_sweeps", "gamma_schedule", "mode",
                                    "thermal_sweeps", "global_moves", "classes"))
 def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int, gamma_schedule: tuple,
-               mode: str, thermal_sweeps: int, global_moves: bool = True, classes=None):
+               mode: str, thermal_sweeps: int, global_moves: bool = True, classes=None, init=None):
     """Run SQA and return one sample per read.
 
     Args:
@@ -121,6 +121,10 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
             :class:`~isingattn.sparse.SparseCouplings`: broadcast batch of models; beta: scalar.
         classes: static colour classes of the sweep (:func:`sqa_sweep`); None: the
             systematic scan (dense J only).
+        init: None (every replica of every read starts uniformly at random) or initial
+            classical states ``[num_reads, n]`` in {-1, 0, +1} (dtype of h, shared by the
+            batch): a read's nonzero entries start every replica there, its zeros at random.
+            ``num_sweeps = 0`` then returns them (anneal mode: the lowest-energy replica).
         others: see :class:`SQA`.
 
     Returns:
@@ -162,6 +166,9 @@ def sqa_sample(key, h, J, beta, *, num_reads: int, trotter: int, num_sweeps: int
 
     k_init, k_anneal, k_tail = jax.random.split(key, 3)
     spins = jnp.where(prng.uniform(k_init, (n, P, R) + batch, dt) < 0.5, -1.0, 1.0).astype(dt)
+    if init is not None:  # [R, n] -> [n, 1, R, 1...]: every replica of a read starts from its state
+        s0 = jnp.asarray(init, dt).T.reshape((n, 1, R) + (1,) * len(batch))
+        spins = jnp.where(s0 == 0, spins, s0)
     state, (acc_s, acc_g, _, _) = run_sweeps(k_anneal, spins, gammas, P, global_moves)
     info = {"acceptance_single": acc_s.mean((0, 1)), "acceptance_global": acc_g.mean((0, 1))}
     if mode == "anneal":

@@ -132,8 +132,9 @@ def test_given_beta_or_schedule_is_used_as_given():
     assert (both.info["beta"], both.info["gamma_schedule"], both.info["derived"]) == (3.0, given, ())
     # exactly the kernel at the given values (no rescaling): padded as the sampler pads
     pad = PAD_TO - model.n
-    ref, _ = sqa.sqa_sample(jax.random.PRNGKey(2), jnp.pad(model.h, (0, pad)), jnp.pad(model.J, ((0, pad), (0, pad))),
-                            jnp.asarray(3.0, model.dtype), num_reads=8, trotter=4, num_sweeps=30,
+    f32 = jnp.float32  # the sampler's kernel dtype
+    ref, _ = sqa.sqa_sample(jax.random.PRNGKey(2), jnp.pad(model.h, (0, pad)).astype(f32),
+                            jnp.pad(model.J, ((0, pad), (0, pad))).astype(f32), jnp.asarray(3.0, f32), num_reads=8, trotter=4, num_sweeps=30,
                             gamma_schedule=given, mode="anneal", thermal_sweeps=100, global_moves=True)
     np.testing.assert_array_equal(both.record.sample, np.asarray(ref)[:, : model.n].astype(np.int8))
 

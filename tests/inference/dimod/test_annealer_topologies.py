@@ -1,0 +1,235 @@
+"""The dimod samplers on the sparse BQMs of annealer topologies (Chimera, Pegasus, Zephyr)
+and Ocean's sampler parameters: energies and labels against dimod's own ``bqm.energies``,
+planar ground states against dwave-samplers' ``PlanarGraphSolver``, ``initial_states``,
+``interrupt_function``, ``info["timing"]`` and the errors of bad input.
+
+Cost: one BQM holds one small instance of each topology (disjoint), so that each sampler
+compiles one program for all three; the planar 16x16 and 24x24 instances likewise share one."""
+
+import json
+import warnings
+
+import dimod
+import dimod.testing
+import jax
+import networkx as nx
+import numpy as np
+import pytest
+from dwave.samplers import PlanarGraphSolver
+
+with warnings.catch_warnings():  # dwave-networkx announces its move to dwave-graphs
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import dwave_networkx as dnx
+
+from _xla import RUN_BOUND_OPTIONS
+from isingattn.errors import IsingInputError
+from isingattn.inference.dimod import DQASampler, SQASampler
+from isingattn.inference.dimod.pt_sampler import PTSampler
+from isingattn.inference.dimod.samplers import READS_PER_CALL, anneal_beta
+from isingattn.inference.dimod.sw_sampler import SwendsenWangSampler
+from isingattn.inference.mcmc import SQA
+from isingattn.model import IsingModel
+from isingattn.sparse import SparseCouplings
+
+SQA_FAST = dict(num_sweeps=50, trotter=4)  # the contract, not the quality: one program for the module's SQA tests
+
+
+def topologies_bqm(seed, ferromagnetic=False):
+    """Chimera C(3), Pegasus P(2) and Zephyr Z(1) as one SPIN BQM (disjoint; labels
+    ``(topology, node)``): ±J couplings (all ferromagnetic when asked) and Gaussian fields."""
+    rng = np.random.default_rng(seed)
+    bqm = dimod.BQM(dimod.SPIN)
+    for name, G in (("chimera", dnx.chimera_graph(3)), ("pegasus", dnx.pegasus_graph(2)),
+                    ("zephyr", dnx.zephyr_graph(1))):
+        bqm.add_linear_from(((name, v), float(rng.normal(0, 0.5))) for v in G.nodes)
+        J = -np.ones(G.number_of_edges()) if ferromagnetic else rng.choice([-1.0, 1.0], G.number_of_edges())
+        bqm.add_quadratic_from(((name, u), (name, v), float(j)) for (u, v), j in zip(G.edges, J))
+    return bqm
+
+
+@pytest.fixture(scope="module")
+def spin_glass():
+    return topologies_bqm(0)
+
+
+def test_the_topologies_are_sampled_as_edge_lists(spin_glass):
+    assert isinstance(IsingModel.from_bqm(spin_glass).J, SparseCouplings)
+    assert len(spin_glass) == 72 + 40 + 48
+
+
+@pytest.mark.parametrize("vartype", [dimod.SPIN, dimod.BINARY])
+@pytest.mark.parametrize("sampler", [pytest.param(SQASampler(**SQA_FAST), id="SQASampler"),
+                                     pytest.param(PTSampler(num_sweeps=20, num_replicas=4), id="PTSampler"),
+                                     pytest.param(SwendsenWangSampler(num_sweeps=5), id="SwendsenWangSampler")])
+def test_sparse_topologies_energies_labels_and_vartypes(sampler, vartype, spin_glass, monkeypatch):
+    spin = topologies_bqm(1, ferromagnetic=True) if isinstance(sampler, SwendsenWangSampler) else spin_glass
+    bqm = spin.change_vartype(vartype, inplace=False)
+    # nothing is densified: an O(n²) J would have to come from SparseCouplings.to_dense
+    monkeypatch.setattr(SparseCouplings, "to_dense", lambda self: pytest.fail("a sparse BQM was densified"))
+    ss = sampler.sample(bqm, num_reads=5, seed=3)
+    assert len(ss) == 5 and ss.vartype is vartype
+    assert set(ss.variables) == set(bqm.variables)  # the labels (dimod sorts them where it can)
+    dimod.testing.assert_sampleset_energies(ss, bqm)  # the returned energies are bqm.energies of the returned reads
+    np.testing.assert_array_equal(ss.record.energy, bqm.energies((ss.record.sample, ss.variables)))
+    assert set(ss.info["timing"]) == {"preprocessing_ns", "sampling_ns", "postprocessing_ns"}
+    assert all(isinstance(t, int) and t >= 0 for t in ss.info["timing"].values())
+    json.dumps(ss.to_serializable())  # info included: no NumPy arrays
+
+
+@pytest.mark.parametrize("cls", [SQASampler, PTSampler, SwendsenWangSampler, DQASampler], ids=lambda c: c.__name__)
+def test_every_sampler_passes_dimods_api_check(cls):
+    sampler = cls()
+    dimod.testing.assert_sampler_api(sampler)  # dimod's own conformance of parameters and properties
+    json.dumps(sampler.properties)
+    if cls is SQASampler:  # Ocean's names, as dwave-samplers' PathIntegralAnnealingSampler has them
+        from dwave.samplers import PathIntegralAnnealingSampler
+
+        ocean = {"num_reads", "num_sweeps", "seed", "initial_states", "initial_states_generator", "interrupt_function"}
+        assert ocean <= set(PathIntegralAnnealingSampler().parameters) and ocean <= set(sampler.parameters)
+
+
+def test_anneal_defaults_from_the_edge_list_equal_the_dense_ones(spin_glass):
+    sparse, dense = (IsingModel.from_bqm(spin_glass, sparse=s) for s in (True, False))
+    assert anneal_beta(sparse.h, sparse.J, 8) == pytest.approx(anneal_beta(dense.h, dense.J, 8), rel=1e-12)
+    # and the dense rule of the docstring, computed here from the matrix: min(β_cold, β_mix)
+    h, A = np.abs(np.asarray(dense.h, np.float64)), np.abs(np.asarray(dense.J, np.float64))
+    terms = np.concatenate([h[:, None], A], 1)
+    d = np.where(terms > 0, terms, np.inf).min(1)
+    cold = np.log(np.sum(d == d.min()) / 0.01) / (2 * d.min())
+    mix = 8 * np.log(100) / (2 * np.sqrt(np.mean(h**2 + (A**2).sum(1))))
+    assert anneal_beta(sparse.h, sparse.J, 8) == pytest.approx(min(cold, mix), rel=1e-6)
+
+
+def test_seed_reproducible_reads_distinct_and_interrupt(spin_glass):
+    sampler = SQASampler(**SQA_FAST)
+    R = 3 * READS_PER_CALL  # three calls of the compiled program
+    full = sampler.sample(spin_glass, num_reads=R, seed=7)
+    assert full.info["interrupted"] is False
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return True
+
+    cut = sampler.sample(spin_glass, num_reads=R, seed=7, interrupt_function=stop)
+    assert len(calls) == 1 and cut.info["interrupted"] is True
+    assert len(cut) == READS_PER_CALL  # the reads made before the interrupt
+    # the same seed gives the same reads: exactly the first ones of the full run
+    np.testing.assert_array_equal(cut.record.sample, full.record.sample[:READS_PER_CALL])
+    dimod.testing.assert_sampleset_energies(cut, spin_glass)
+    other = sampler.sample(spin_glass, num_reads=READS_PER_CALL, seed=8)
+    assert not np.array_equal(other.record.sample, cut.record.sample)
+    # annealed reads may share a ground state; nearly free ones (β = 1e-3: the same program,
+    # weights βh, βJ) of 160 spins must all differ: the reads draw their own random numbers
+    hot = sampler.sample(spin_glass, num_reads=READS_PER_CALL, seed=7, beta=1e-3)
+    assert len({r.tobytes() for r in hot.record.sample}) == READS_PER_CALL
+
+
+@pytest.mark.parametrize("vartype", [dimod.SPIN, dimod.BINARY])
+def test_initial_states_are_honoured(vartype):
+    bqm = dimod.BQM({"a": 0.5, 1: -0.3, (2, "x"): 0.1}, {("a", 1): -1.0, (1, (2, "x")): 0.4}, 0.0, dimod.SPIN)
+    bqm.change_vartype(vartype)
+    lo = -1 if vartype is dimod.SPIN else 0
+    states = np.array([[1, lo, 1], [lo, lo, 1]], np.int8)
+    sampler = SQASampler(num_sweeps=0)  # no sweep: the initial states come back
+    ss = sampler.sample(bqm, initial_states=(states, list(bqm.variables)), num_reads=2, seed=0)
+    np.testing.assert_array_equal(ss.record.sample, states)
+    dimod.testing.assert_sampleset_energies(ss, bqm)
+    # in another variable order, as a list of dicts; 'tile' repeats them
+    dicts = [dict(zip(bqm.variables, row.tolist())) for row in states]
+    tiled = sampler.sample(bqm, initial_states=dicts[::-1], initial_states_generator="tile", num_reads=5, seed=0)
+    np.testing.assert_array_equal(tiled.record.sample, states[[1, 0, 1, 0, 1]])
+    # 'random' keeps the given states and fills the rest
+    rand = sampler.sample(bqm, initial_states=dicts[:1], num_reads=4, seed=0)
+    np.testing.assert_array_equal(rand.record.sample[0], states[0])
+    assert set(np.unique(rand.record.sample)) <= {lo, 1}
+    with pytest.raises(IsingInputError, match="initial_states_generator='none'"):
+        sampler.sample(bqm, initial_states=dicts[:1], initial_states_generator="none", num_reads=2)
+
+
+def test_bad_input_gets_clear_errors():
+    bqm = dimod.BQM({"a": 0.5, "b": -0.3}, {("a", "b"): -1.0}, 0.0, dimod.SPIN)
+    sampler = SQASampler(**SQA_FAST)
+    empty = sampler.sample(dimod.BQM(dimod.SPIN), num_reads=3, seed=0)  # dimod's contract: num_reads empty rows
+    assert len(empty) == 3 and len(empty.variables) == 0 and set(empty.info["timing"]) >= {"sampling_ns"}
+    for nan in (dimod.BQM({"a": np.nan, "b": 0.0}, {("a", "b"): 1.0}, 0.0, "SPIN"),
+                dimod.BQM({"a": 0.0, "b": 0.0}, {("a", "b"): np.nan}, 0.0, "SPIN")):
+        with pytest.raises(IsingInputError, match="NaN"):
+            sampler.sample(nan, seed=0)
+    for states, what in (([[1, -1, 1]], "each of the BQM's 2 variables"), (([[1]], ["a"]), "each of the BQM's 2"),
+                         (([[1, 0]], ["a", "b"]), r"values in \{-1, 1\}"),
+                         (([[2, 1]], ["a", "b"]), r"values in \{-1, 1\}"),
+                         ([[1, -1], [1]], "samples-like")):
+        with pytest.raises(IsingInputError, match=what):
+            sampler.sample(bqm, initial_states=states, num_reads=1, seed=0)
+    with pytest.raises(IsingInputError, match="initial_states_generator must be one of"):
+        sampler.sample(bqm, initial_states_generator="zeros", seed=0)
+    with pytest.raises(TypeError, match="interrupt_function must be None or a callable"):
+        sampler.sample(bqm, interrupt_function=True, seed=0)
+    with pytest.raises(IsingInputError, match="num_sweeps"):
+        sampler.sample(bqm, num_sweeps=-1, seed=0)
+
+
+def test_dqa_refuses_annealer_sizes_naming_its_limit(spin_glass):
+    with pytest.raises(IsingInputError, match="limited to 20 variables; this BQM has 160"):
+        DQASampler().sample(spin_glass, seed=0)
+
+
+@pytest.fixture
+def fused_compile(monkeypatch):
+    """This test's program compiled at backend level 1 with XLA:CPU's fusion emitters (the
+    suite's fast-compile flags turn them off): the colour-class sweep's gathers ran several
+    times slower without them. tests/conftest.py's run_bound override, one option more."""
+    from jax._src import compiler  # private: should it move, the test still runs, only slower
+
+    original = getattr(compiler, "get_compile_options", None)
+    if original is None:
+        return
+    extra = {**RUN_BOUND_OPTIONS, "xla_cpu_use_fusion_emitters": True}
+
+    def get_compile_options(*args, env_options_overrides=None, **kwargs):
+        return original(*args, env_options_overrides={**extra, **(env_options_overrides or {})}, **kwargs)
+
+    monkeypatch.setattr(compiler, "get_compile_options", get_compile_options)
+
+
+def planar_instance(L, seed):
+    """±J on an open ``L x L`` grid (h = 0) and its ground-state energy from PlanarGraphSolver."""
+    G, rng = nx.grid_2d_graph(L, L), np.random.default_rng(seed)
+    bqm = dimod.BQM.from_ising({v: 0.0 for v in G.nodes}, {(u, v): float(rng.choice([-1, 1])) for u, v in G.edges})
+    return bqm, PlanarGraphSolver().sample(bqm, {v: v for v in G.nodes}).first.energy
+
+
+# 24x24: PlanarGraphSolver alone took 39 s on the loaded 2-core machine (7 s at 16x16). At this
+# cost (16 reads of 2,000 sweeps) SQASampler came within 0.75% (-792 vs -798) and missed the ground
+# state; dwave's SimulatedAnnealingSampler needed 10,000 sweeps to reach it in 4 of 64 reads on
+# another 24x24 instance. Kept as a known shortfall, not loosened.
+MISSES_24 = pytest.mark.xfail(reason="SQASampler misses the 24x24 ±J ground state at 16 reads x 2,000 sweeps",
+                              strict=False)
+
+
+@pytest.mark.parametrize("L", [16, pytest.param(24, marks=[pytest.mark.slow, MISSES_24])])
+def test_planar_ground_states_against_planar_graph_solver(L, fused_compile):
+    bqm, ground = planar_instance(L, seed=L)
+    ss = SQASampler(num_sweeps=2000).sample(bqm, num_reads=READS_PER_CALL, seed=0)
+    dimod.testing.assert_sampleset_energies(ss, bqm)
+    assert ss.record.energy.min() == ground
+
+
+def test_engine_samples_as_a_sampleset():
+    rng = np.random.default_rng(5)
+    n = 6
+    J = np.triu(rng.normal(size=(n, n)), 1)
+    model = IsingModel(rng.normal(size=n), J + J.T, 1.0, labels=[("q", i) for i in range(n)],
+                       mask=np.arange(n) != 2)
+    out = SQA(num_reads=24, num_sweeps=20, trotter=2, mode="anneal").marginals(model, key=jax.random.PRNGKey(0))
+    ss = out.to_sampleset(model)
+    bqm = model.to_bqm()
+    assert len(ss) == 24 and list(ss.variables) == list(bqm.variables) == [("q", i) for i in range(n) if i != 2]
+    dimod.testing.assert_sampleset_energies(ss, bqm)
+    np.testing.assert_array_equal(ss.record.sample, np.asarray(out.samples)[:, np.arange(n) != 2].astype(np.int8))
+    json.dumps(ss.info)
+    assert ss.aggregate().record.num_occurrences.sum() == 24 and len(ss.truncate(3)) == 3
+    assert ss.lowest().first.energy == ss.record.energy.min()
+    with pytest.raises(IsingInputError, match="needs samples"):
+        out.__class__(mean=out.mean).to_sampleset(model)
