@@ -92,6 +92,17 @@ class Planar(Engine):
         return (f"Planar: log Z is not finite for {bad} of {total} model(s) (the torus' signed sum of four "
                 "Pfaffians lost its value to round-off); those entries are NaN.")
 
+    def _prepare(self, model: IsingModel) -> "Planar":
+        """The refusals, on the host before any work (so that ``prepared`` tells whether Planar
+        applies): a nonzero field, a graph neither planar nor a lattice torus."""
+        if not is_traced(model.h, model.J.weights if model.is_sparse else model.J):
+            h, J = model.masked_parameters()
+            _check_fields(h, model.batch_shape, model.n)
+            graph, _ = _edge_list(J, model.n)
+            if graph.E:
+                _dimer(graph)  # cached: the embedding is built once
+        return self
+
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         if is_traced(model.h, model.beta, model.J.weights if model.is_sparse else model.J,
                      *(() if model.mask is None else (model.mask,))):
@@ -99,12 +110,7 @@ class Planar(Engine):
                                   "traced values (inside jax.jit, grad or vmap). Call it outside jit.")
         h, J = model.masked_parameters()
         batch = model.batch_shape
-        h = np.broadcast_to(np.asarray(h, np.float64), batch + (model.n,))
-        if np.any(h != 0):
-            k = int(np.count_nonzero(np.any(h.reshape(-1, model.n) != 0, axis=0)))
-            raise IsingInputError(
-                f"Planar computes zero-field models only (its Pfaffian counts even subgraphs, which a field breaks); "
-                f"this model has a nonzero field on {k} spin(s). For fields, {_ELSEWHERE}.")
+        _check_fields(h, batch, model.n)
         graph, weights = _edge_list(J, model.n)
         beta = float(model.beta)
         weights = np.broadcast_to(weights, batch + (graph.E,)).reshape(math.prod(batch), graph.E)
@@ -126,6 +132,16 @@ class Planar(Engine):
         if corr is not None:
             info["edge_corr"] = corr.reshape(batch + (graph.E,))
         return Marginals(mean=jnp.zeros(batch + (model.n,), model.dtype), log_z=log_z, info=info)
+
+
+def _check_fields(h, batch, n: int) -> None:
+    """Refuse a nonzero field (Planar's Pfaffian counts even subgraphs, which a field breaks)."""
+    h = np.broadcast_to(np.asarray(h, np.float64), tuple(batch) + (n,))
+    if np.any(h != 0):
+        k = int(np.count_nonzero(np.any(h.reshape(-1, n) != 0, axis=0)))
+        raise IsingInputError(
+            f"Planar computes zero-field models only (its Pfaffian counts even subgraphs, which a field breaks); "
+            f"this model has a nonzero field on {k} spin(s). For fields, {_ELSEWHERE}.")
 
 
 def _edge_list(J, n: int):

@@ -48,7 +48,7 @@ CASES = [
     ("seq-len-3", BR + ["--seq-len", "3"], ["--seq-len", "'3'", "even"]),
     ("seq-len-neg", BR + ["--seq-len", "-3"], ["--seq-len", "'-3'"]),
     ("seq-len-2-no-test-set", BR + ["--seq-len", "2"], ["--seq-len 2", "test set"]),
-    ("seq-len-too-long-for-exact", BR + ["--seq-len", "30", "--variants", "hJ"], ["--seq-len 30", "exact", "26"]),
+    ("seq-len-too-long-for-exact", BR + ["--seq-len", "30", "--variants", "hJ"], ["--seq-len 30", "exact", "24"]),
     ("variant-unknown", BR + ["--variants", "softmax,bogus"], ["--variants", "'bogus'", "softmax, hJ, h, J"]),
     ("variants-empty", BR + ["--variants", ""], ["--variants", "no variant", "softmax, hJ, h, J"]),
     ("variants-twice", BR + ["--variants", "h,h"], ["--variants", "'h,h'", "twice"]),

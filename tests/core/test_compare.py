@@ -259,3 +259,19 @@ def test_an_unconverged_sampler_shows_as_unconverged():
     table = format_table(rows)
     assert "| converged |" in table and "| NO |" in table
     assert rows.reference_name == "exact" and row["max_err"] > 0.0
+
+
+def test_a_wide_zero_field_lattice_gets_the_planar_reference():
+    """40×40 open ±J lattice without fields: too many spins to enumerate, too wide for the band and
+    the junction tree, planar: chosen, with each refusal in the reason. With a field, none applies."""
+    from isingattn import graphs
+    from isingattn.compare import choose_reference
+
+    g = graphs.lattice((40, 40))
+    w = np.random.default_rng(2).choice([-1.0, 1.0], size=g.E)
+    J = np.zeros((g.n, g.n))
+    J[g.edges[:, 0], g.edges[:, 1]] = J[g.edges[:, 1], g.edges[:, 0]] = w
+    name, _, why = choose_reference(IsingModel(np.zeros(g.n), J))
+    assert name == "planar" and all(f"not {x}" in why for x in ("exact", "banded", "junction-tree"))
+    with pytest.raises(IsingInputError, match="no exact reference applies.*nonzero field"):
+        choose_reference(IsingModel(np.full(g.n, 0.1), J))
