@@ -30,7 +30,7 @@ from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 from isingattn.inference.dimod.pool import PooledSampling
 from isingattn.inference.dimod.specs import (
-    _CAL_KEYS, _CHAIN_KEYS, ChainBreakWarning, DimodCalibrationWarning, NamedSampler, _name, _sa_sampler, _subset, _utc, beta_kwargs, declared_ranges)
+    CAL_KEYS, CHAIN_KEYS, ChainBreakWarning, DimodCalibrationWarning, NamedSampler, sampler_name, sa_sampler, subset_reads, uniform_torque, beta_kwargs, declared_ranges)
 
 
 
@@ -150,16 +150,16 @@ class DimodEngine(Engine):
             kw = {**saved, **kw}
         sample_kwargs = kw
         if sampler is None:
-            sampler = _sa_sampler()  # an object (pass sampler="sa" for one that saves in a model config)
+            sampler = sa_sampler()  # an object (pass sampler="sa" for one that saves in a model config)
         elif isinstance(sampler, str) and not isinstance(sampler, NamedSampler):
             sampler = NamedSampler(sampler)
         if not hasattr(sampler, "sample"):
-            raise IsingTypeError(f"sampler must be a dimod.Sampler (with .sample); got {_name(sampler)}.")
+            raise IsingTypeError(f"sampler must be a dimod.Sampler (with .sample); got {sampler_name(sampler)}.")
         params = getattr(sampler, "parameters", None)
         if isinstance(params, dict) and params:  # a sampler that lists its parameters: catch typos now
             unknown = sorted(k for k in sample_kwargs if k not in params)
             if unknown:
-                raise IsingInputError(f"DimodEngine: {_name(sampler)} has no parameter(s) {unknown}; its parameters "
+                raise IsingInputError(f"DimodEngine: {sampler_name(sampler)} has no parameter(s) {unknown}; its parameters "
                                       f"are {sorted(params)}.")
         embedded = isinstance(params, dict) and "chain_strength" in params
         if chain_strength is not None:
@@ -173,7 +173,7 @@ class DimodEngine(Engine):
             if not embedded:
                 raise IsingInputError(f"DimodEngine: chain_strength applies to embedding composites (a sampler with a "
                                       f"'chain_strength' parameter, e.g. EmbeddingComposite(DWaveSampler())); "
-                                      f"{_name(sampler)} has none. Drop chain_strength, or wrap the sampler.")
+                                      f"{sampler_name(sampler)} has none. Drop chain_strength, or wrap the sampler.")
         if estimate_beta:
             try:
                 import dwave.system.temperatures  # noqa: F401
@@ -197,7 +197,7 @@ class DimodEngine(Engine):
 
     def _prepare(self, model: IsingModel) -> Engine:
         if not self.calibrate and beta_kwargs(self.sampler, 1.0) is None and not is_traced(model.beta):
-            warnings.warn(f"{_name(self.sampler)} has no temperature parameter: its samples do not follow "
+            warnings.warn(f"{sampler_name(self.sampler)} has no temperature parameter: its samples do not follow "
                           "exp(-βE); marginals and gradients are those of its own output distribution. "
                           "DimodEngine(sampler, calibrate=True) rescales the problem until they do."
                           + (" With rao_blackwell=True the mean reported, tanh(β(h + J s)) over reads at another "
@@ -206,10 +206,10 @@ class DimodEngine(Engine):
         return self
 
     def _info_keys(self):
-        keys = _CAL_KEYS if self.estimate_beta else ()
+        keys = CAL_KEYS if self.estimate_beta else ()
         if self.estimate_beta and not self.calibrate:
             keys = keys[:6] + ("ground_only",)
-        return keys + (_CHAIN_KEYS if self.embedded else ())
+        return keys + (CHAIN_KEYS if self.embedded else ())
 
     def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
         batch, n, S = model.batch_shape, model.n, self.num_reads
@@ -260,7 +260,7 @@ class DimodEngine(Engine):
             if calibrating and "auto_scale" in params:
                 kw.setdefault("auto_scale", False)  # the QPU would rescale the problem back to its full range
             if self.embedded:
-                kw["chain_strength"] = self.chain_strength if self.chain_strength is not None else _utc()
+                kw["chain_strength"] = self.chain_strength if self.chain_strength is not None else uniform_torque()
                 kw.setdefault("chain_break_fraction", True)
                 if "embedding_parameters" in params:
                     kw.setdefault("embedding_parameters", {"random_seed": rseed})
@@ -269,8 +269,8 @@ class DimodEngine(Engine):
             arr = ss.record.sample.repeat(ss.record.num_occurrences, axis=0)[:, cols].astype(np.float64)
             if not self.embedded:
                 if len(arr) < S:
-                    raise RuntimeError(f"{_name(self.sampler)} returned {len(arr)} reads; asked for {S}.")
-                return _subset(arr, S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1))), None
+                    raise RuntimeError(f"{sampler_name(self.sampler)} returned {len(arr)} reads; asked for {S}.")
+                return subset_reads(arr, S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1))), None
             cbf = np.asarray(ss.record.chain_break_fraction, np.float64).repeat(ss.record.num_occurrences)
             fracs.append(cbf)
             kept.append(arr[cbf == 0])
@@ -283,8 +283,8 @@ class DimodEngine(Engine):
         if not intact:  # flagged (info, ChainBreakWarning): majority-voted reads fill the rest
             good = np.concatenate([good, np.concatenate(broken)])
         if len(good) < S:
-            raise RuntimeError(f"{_name(self.sampler)} returned {len(good)} reads; asked for {S}.")
-        return _subset(good, S, seed, shuffle=True), (float(allf.mean()), float(np.mean(allf > 0)), float(intact))
+            raise RuntimeError(f"{sampler_name(self.sampler)} returned {len(good)} reads; asked for {S}.")
+        return subset_reads(good, S, seed, shuffle=True), (float(allf.mean()), float(np.mean(allf > 0)), float(intact))
 
     def _host_sample(self, h, J, beta, seeds, *, dtype, graph=None):
         """Sample every model on the host: ``h [B, n]``, ``J [B, n, n]`` or, with ``graph``,
@@ -305,7 +305,7 @@ class DimodEngine(Engine):
             else:
                 arr, chains, row = self._estimate(bqm, n, int(seeds[b]), beta)
             if chains is not None:
-                row.update(zip(_CHAIN_KEYS, chains))
+                row.update(zip(CHAIN_KEYS, chains))
             out[b] = arr
             diag[b] = [row.get(k, np.nan) for k in keys]
         return out, diag.astype(dtype)
@@ -333,7 +333,7 @@ class DimodEngine(Engine):
         c_max = np.array([h_max / ah if ah > 0 else np.inf, j_max / aJ if aJ > 0 else np.inf])
         if self.embedded and self.chain_strength is None and np.isfinite(j_max) and aJ > 0:
             # uniform torque compensation scales with the problem: the chains must fit in j_range too
-            c_max[1] = min(c_max[1], j_max / max(_utc()(bqm), 1e-300))
+            c_max[1] = min(c_max[1], j_max / max(uniform_torque()(bqm), 1e-300))
             c_max[0] = min(c_max[0], c_max[1]) if not self.split else c_max[0]
         if not self.split:
             c_max[:] = c_max.min()

@@ -10,7 +10,7 @@ import dimod
 import numpy as np
 
 from isingattn.convert import array_bqm
-from isingattn.inference.dimod.specs import _CHAIN_KEYS, _name, _subset, _utc, beta_kwargs, declared_ranges
+from isingattn.inference.dimod.specs import CHAIN_KEYS, sampler_name, subset_reads, uniform_torque, beta_kwargs, declared_ranges
 
 
 class PooledSampling:
@@ -48,9 +48,9 @@ class PooledSampling:
             ss = self.engine.sampler.sample(bqm, num_reads=S, **kw)
             arr = ss.record.sample.repeat(ss.record.num_occurrences, axis=0)
             if len(arr) < S:
-                raise RuntimeError(f"{_name(self.engine.sampler)} returned {len(arr)} reads; asked for {S}.")
+                raise RuntimeError(f"{sampler_name(self.engine.sampler)} returned {len(arr)} reads; asked for {S}.")
             order = np.argsort(np.asarray(list(ss.variables), dtype=np.int64))  # columns in label order
-            arr = _subset(arr[:, order].astype(np.float64), S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1)))
+            arr = subset_reads(arr[:, order].astype(np.float64), S, seed, shuffle=bool(np.any(ss.record.num_occurrences > 1)))
             flat[:, act] = arr
         return flat.reshape(S, B, n).transpose(1, 0, 2)
 
@@ -108,7 +108,7 @@ class PooledSampling:
             ah, aJ = np.max(np.abs(h), initial=0.0), np.max(np.abs(J), initial=0.0)
             c_max = np.array([h_max / ah if ah > 0 else np.inf, j_max / aJ if aJ > 0 else np.inf])
             if self.engine.embedded and self.engine.chain_strength is None and np.isfinite(j_max) and aJ > 0:
-                utc = max(_utc()(dimod.BinaryQuadraticModel({}, {(i, j): -J[b, i, j] for i, j in
+                utc = max(uniform_torque()(dimod.BinaryQuadraticModel({}, {(i, j): -J[b, i, j] for i, j in
                                                                  zip(*np.nonzero(np.triu(J[b], 1)))}, 0.0, dimod.SPIN))
                           for b in range(B) if np.any(J[b]))
                 c_max[1] = min(c_max[1], j_max / max(utc, 1e-300))
@@ -140,6 +140,6 @@ class PooledSampling:
                        calibrated=float(err <= tol and not g), ground_only=float(g), at_range_limit=float(at_limit))
         diag = np.tile(np.array([row.get(k, np.nan) for k in keys], np.float64), (B, 1))
         if chains is not None:
-            for j, k in enumerate(_CHAIN_KEYS):
+            for j, k in enumerate(CHAIN_KEYS):
                 diag[:, keys.index(k)] = [ch[j] for ch in chains]
         return arr.astype(dtype), diag.astype(dtype)

@@ -15,9 +15,9 @@ from isingattn.engine import ConvergenceWarning
 from isingattn.errors import IsingInputError
 
 # the per-model diagnostics the host returns, in this order (floats; flags as 0/1)
-_CAL_KEYS = ("beta_eff", "beta_eff_lo", "beta_eff_hi", "beta_eff_se", "beta_h", "beta_J", "scale_h", "scale_J",
+CAL_KEYS = ("beta_eff", "beta_eff_lo", "beta_eff_hi", "beta_eff_se", "beta_h", "beta_J", "scale_h", "scale_J",
              "calibration_iterations", "calibration_error", "calibrated", "ground_only", "at_range_limit")
-_CHAIN_KEYS = ("chain_break_fraction", "broken_reads", "chains_intact")
+CHAIN_KEYS = ("chain_break_fraction", "broken_reads", "chains_intact")
 
 
 def beta_kwargs(sampler, beta: float) -> Optional[dict]:
@@ -41,7 +41,7 @@ def beta_kwargs(sampler, beta: float) -> Optional[dict]:
     return None
 
 
-def _sa_sampler():
+def sa_sampler():
     try:
         from dwave.samplers import SimulatedAnnealingSampler
     except ImportError:
@@ -70,7 +70,7 @@ def _bad_name(name, why):
 def _build_named(name: str, full: str):
     head, _, rest = name.partition(":")
     if head == "sa" and not rest:
-        return _sa_sampler()
+        return sa_sampler()
     if head == "hidden-beta":
         from isingattn.inference.dimod.standins import HiddenBetaSampler
 
@@ -143,18 +143,18 @@ def declared_ranges(sampler):
             j_max = float(min(abs(x) for x in props["j_range"]))
     return h_max, j_max
 
-def _name(sampler) -> str:
+def sampler_name(sampler) -> str:
     """The class name of a sampler (of the one a name builds, for a :class:`NamedSampler`)."""
     return type(sampler.built if isinstance(sampler, NamedSampler) else sampler).__name__
 
 
-def _utc():
+def uniform_torque():
     from dwave.embedding.chain_strength import uniform_torque_compensation
 
     return uniform_torque_compensation
 
 
-def _subset(arr, S, seed, shuffle=False):
+def subset_reads(arr, S, seed, shuffle=False):
     """``S`` of the reads ``arr`` in random order (all of them, in order, when there are
     exactly ``S`` and not ``shuffle``). Samplers may return reads sorted by energy (an
     aggregated sample set, e.g. from a QPU or an embedding composite): the first ``S`` of

@@ -71,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from isingattn.inference.mcmc.sqa_kernel import (
     SQAState,
-    _check_schedule,
+    check_schedule,
     gamma_values,
     sqa_sweep,
 )
@@ -104,7 +104,7 @@ def check_config(*, num_sweeps, trotter, gamma_schedule, mode, num_reads, therma
     V.nonneg_int("thermal_sweeps", thermal_sweeps, owner="SQA")
     if not isinstance(mode, str) or mode not in MODES:
         raise IsingInputError(f"mode must be one of {MODES}; got {mode!r}. 'thermal' samples exp(-βE), 'anneal' searches ground states.")
-    _check_schedule(gamma_schedule)
+    check_schedule(gamma_schedule)
 
 
 @partial(jax.jit, static_argnames=("num_reads", "trotter", "num_sweeps", "gamma_schedule", "mode",

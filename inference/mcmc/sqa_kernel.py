@@ -242,7 +242,7 @@ def _ring_constants(beta, gamma, P: int, dt):
 
 def gamma_values(schedule, num_sweeps: int) -> np.ndarray:
     """Γ for each sweep, float64 ``[num_sweeps]``, from ``(kind, Γ_max, Γ_min)``."""
-    kind, gmax, gmin = _check_schedule(schedule)
+    kind, gmax, gmin = check_schedule(schedule)
     if num_sweeps == 1:
         return np.array([gmin])
     if kind == "linear":
@@ -250,7 +250,7 @@ def gamma_values(schedule, num_sweeps: int) -> np.ndarray:
     return np.geomspace(gmax, gmin, num_sweeps)
 
 
-def _check_schedule(schedule):
+def check_schedule(schedule):
     try:
         kind, gmax, gmin = schedule
     except (TypeError, ValueError):

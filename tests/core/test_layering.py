@@ -177,3 +177,16 @@ def test_every_public_name_resolves_where_users_look():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_no_private_name_crosses_a_module():
+    """A name with a leading underscore is its module's own: no module of the package (or the
+    study) imports one from another; a helper that two modules share is public in one of them."""
+    bad = []
+    for top in ("isingattn", "inference", "models", "study"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("isingattn", "isingattn_study")):
+                    bad += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == [], "\n".join(bad)
