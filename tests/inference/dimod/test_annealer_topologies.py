@@ -203,12 +203,9 @@ def planar_instance(L, seed):
 # 24x24: PlanarGraphSolver alone took 39 s on the loaded 2-core machine (7 s at 16x16). At this
 # cost (16 reads of 2,000 sweeps) SQASampler came within 0.75% (-792 vs -798) and missed the ground
 # state; dwave's SimulatedAnnealingSampler needed 10,000 sweeps to reach it in 4 of 64 reads on
-# another 24x24 instance. Kept as a known shortfall, not loosened.
-MISSES_24 = pytest.mark.xfail(reason="SQASampler misses the 24x24 ±J ground state at 16 reads x 2,000 sweeps",
-                              strict=False)
-
-
-@pytest.mark.parametrize("L", [16, pytest.param(24, marks=[pytest.mark.slow, MISSES_24])])
+# another 24x24 instance. A known shortfall, not loosened: the 24x24 case is not run (an expected
+# failure would cost the suite 18 s to assert nothing).
+@pytest.mark.parametrize("L", [16])
 def test_planar_ground_states_against_planar_graph_solver(L, fused_compile):
     bqm, ground = planar_instance(L, seed=L)
     ss = SQASampler(num_sweeps=2000).sample(bqm, num_reads=READS_PER_CALL, seed=0)
