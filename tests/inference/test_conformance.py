@@ -63,7 +63,7 @@ def names(slow=()):
     return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in NAMES]
 
 
-SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais", "pt", "swendsen-wang")
+SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais", "pt", "swendsen-wang", "pa")
 
 # Mean-field error bounds (means and gradients) on the models below, β·max|J| = 0.2: BP is
 # exact on trees (the chain); naive mean field errs at O((βJ)²) and TAP at O((βJ)³)
