@@ -87,7 +87,7 @@ def main():
             key = jax.random.key(seed)
             out, wall, cpu, warn = run(pa, model, key)
             P = int(out.info["num_populations"])
-            temps = np.asarray(out.info["ladder"])[0]  # [P, T + 1]
+            temps = np.asarray(out.info["ladder"])  # [P, T + 1]
             steps = int(np.sum(np.isfinite(temps[:, 1:])))  # all populations' steps
             moves = steps * pa.num_replicas * pa.moves_per_temp
             res = [("pa", out, wall, cpu, warn, moves)]

@@ -28,6 +28,12 @@ population: with ``log Ẑ_p`` the estimate of population ``p``,
   leaves less bias than averaging ``log Ẑ_p``;
 * ``info["log_z_se"] = sd_p(log Ẑ_p) / sqrt(P)``.
 
+That SE has ``P - 1`` degrees of freedom, and it measures the spread of the populations,
+not population annealing's own bias (a finite population lags behind equilibrium; the
+bias is low and falls with ``num_replicas`` and ``moves_per_temp``). With the defaults the
+error on a 16×16 torus at K_c reaches several SE (benchmarks/README.md): ask for more
+replicas, or more populations, where an honest SE matters more than time.
+
 Family statistics: every replica descends from one replica at β = 0 (its family); with
 ``n_f`` the descendants of family ``f``, ``ρ_t = R Σ_f (n_f / R)²`` and
 ``info["families_eff"] = R / ρ_t``, the equilibration population size of Wang, Machta &
