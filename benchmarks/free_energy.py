@@ -129,7 +129,8 @@ def main():
                       f"{np.mean(np.abs(v[:, 0] / v[:, 1]) <= 2):.2f}",
                       f"{pa_se / np.mean(v[:, 1]):.3f}", f"{np.median(v[:, 2]):.1f}", f"{np.median(v[:, 3]):.1f}"])
     print("\n".join(table_lines(["case", "K", "estimator", "runs", "mean SE", "RMS error", "mean z²",
-                                 "share |z| ≤ 2", "PA SE / this SE", "wall s (median)", "cpu s (median)"], srows, left=3, group_col=0)))
+                                 "share |z| ≤ 2", "PA SE / this SE", "wall s (median)", "cpu s (median)"], srows,
+                                left=3, group_col=0)))
     print(f"(load average at end {os.getloadavg()[0]:.2f})")
 
 

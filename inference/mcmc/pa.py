@@ -357,7 +357,8 @@ class PopulationAnnealing(ColouredSweep):
         V.choice("resampling", self.resampling, RESAMPLING, owner=o)
         V.choice("schedule", self.schedule, SCHEDULES, owner=o)
         if self.num_replicas < 2:
-            raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got {self.num_replicas}.")
+            raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got "
+                                  f"{self.num_replicas}.")
         if self.num_populations < 2:
             raise IsingInputError(f"{o} needs num_populations ≥ 2 for a standard error; got {self.num_populations}.")
         if self.target_se is not None:
@@ -441,7 +442,8 @@ class PopulationAnnealing(ColouredSweep):
         n, dtype, batch = model.n, model.dtype, tuple(model.batch_shape)
         act = model.active()
         P = res.log_z.shape[-1]
-        n_active = jnp.full(batch, n, dtype) if act is None else jnp.broadcast_to(act, batch + (n,)).sum(-1).astype(dtype)
+        n_active = (jnp.full(batch, n, dtype) if act is None
+                    else jnp.broadcast_to(act, batch + (n,)).sum(-1).astype(dtype))
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
         log_z = jax.nn.logsumexp(log_zp, axis=-1) - jnp.log(P).astype(dtype)
         se = _se(log_zp)

@@ -4,8 +4,6 @@ float64 brute force for small models, Kaufman's exact partition function of the 
 the tests compute themselves from the spread over independent populations (never the
 estimator's own claim of its accuracy)."""
 
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpy as np
