@@ -23,6 +23,7 @@ _LAZY = {
     "ParallelTempering": "mcmc",
     "SwendsenWang": "mcmc",
     "AIS": "mcmc",
+    "PopulationAnnealing": "mcmc",
     "SQA": "mcmc",
     "DQA": "dqa",
     "DimodEngine": "dimod",

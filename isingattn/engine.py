@@ -198,6 +198,7 @@ _BUILTIN = {
     "gibbs": "isingattn.inference.mcmc.gibbs:Gibbs",
     "sqa": "isingattn.inference.mcmc.sqa:SQA",
     "ais": "isingattn.inference.mcmc.ais:AIS",
+    "pa": "isingattn.inference.mcmc.pa:PopulationAnnealing",
     "swendsen-wang": "isingattn.inference.mcmc.swendsen_wang:SwendsenWang",
     "pt": "isingattn.inference.mcmc.pt:ParallelTempering",
     "dqa": "isingattn.inference.dqa.engine:DQA",

@@ -9,10 +9,11 @@ from isingattn.inference.mcmc.ais import AIS
 from isingattn.inference.mcmc.coloring import color_classes
 from isingattn.inference.mcmc.gibbs import Gibbs
 from isingattn.inference.mcmc.gibbs_kernel import GibbsInfo, GibbsState, gibbs_sweep, init_spins
+from isingattn.inference.mcmc.pa import PopulationAnnealing
 from isingattn.inference.mcmc.pt import ParallelTempering
 from isingattn.inference.mcmc.sqa import SQA
 from isingattn.inference.mcmc.sqa_kernel import SQAInfo, SQAState, sqa_init, sqa_sweep
 from isingattn.inference.mcmc.swendsen_wang import SwendsenWang
 
-__all__ = ["AIS", "Gibbs", "GibbsInfo", "GibbsState", "ParallelTempering", "SQA", "SQAInfo", "SQAState", "SwendsenWang",
+__all__ = ["AIS", "Gibbs", "GibbsInfo", "GibbsState", "ParallelTempering", "PopulationAnnealing", "SQA", "SQAInfo", "SQAState", "SwendsenWang",
            "color_classes", "gibbs_sweep", "init_spins", "sqa_init", "sqa_sweep"]

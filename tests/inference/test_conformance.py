@@ -37,6 +37,7 @@ FAST = {
     "ais": dict(num_chains=512, num_temps=16),
     "pt": dict(num_warmup=100, num_samples=500, num_chains=4, num_replicas=4),
     "swendsen-wang": dict(num_warmup=20, num_samples=500, num_chains=4),
+    "pa": dict(num_replicas=128, num_populations=4, moves="gibbs", min_families=8),  # Gibbs: the same draws dense and sparse
     **{name: dict(tol=1e-12, max_iter=2000) for name in inference.available() if name.startswith("meanfield")},
 }
 
@@ -67,7 +68,7 @@ def names(slow=()):
     return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in NAMES]
 
 
-SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais", "pt", "swendsen-wang")
+SAMPLERS_SLOW = ("gibbs", "sqa", "dqa", "ais", "pt", "swendsen-wang", "pa")
 
 # Mean-field error bounds (means and gradients) on the models below, β·max|J| = 0.2: BP is
 # exact on trees (the chain); naive mean field errs at O((βJ)²) and TAP at O((βJ)³)

@@ -1,0 +1,504 @@
+"""Population annealing (Hukushima & Iba 2003; Machta 2010; Wang, Machta & Katzgraber 2015):
+log Z, with a standard error, and marginals of an Ising model.
+
+A population of ``R`` replicas starts at β = 0, where the uniform distribution over the
+active spins is exact and ``log Z_0 = n_active · log 2``, and is annealed to the model's β.
+Each step, from ``β_k`` with energies ``E_r``:
+
+1. ``β_{k+1}`` is chosen by bisection so that the weights ``w_r = exp(-(β_{k+1} - β_k) E_r)``
+   keep an effective sample size ``(Σw)² / (R Σw²)`` equal to ``target_ess`` (0.9), or
+   taken from a fixed ladder (``fractions``);
+2. ``log Z += log mean_r w_r`` (Del Moral, Doucet & Jasra 2006: the product of these means
+   is an unbiased estimate of ``Z/Z_0``);
+3. the population is resampled in proportion to ``w``: ``"systematic"`` (one uniform ``u``,
+   the ``(u + i)/R`` quantiles; the default), ``"residual"`` (``floor(R w_r)`` copies, the
+   rest multinomial) or ``"multinomial"``; every scheme gives each replica ``R w_r``
+   offspring in expectation;
+4. every replica makes ``moves_per_temp`` moves at ``β_{k+1}``: Swendsen–Wang cluster moves
+   (:mod:`~isingattn.inference.mcmc.swendsen_wang_kernel`, exact for ``J ≥ 0``, the default
+   there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``).
+
+All of it runs in one ``lax.while_loop`` on the device, each population with its own
+ladder (static shapes: at most ``max_temps`` steps; the ladder is kept in a fixed-size
+array). Several independent populations (``num_populations``, one batch axis of the
+same loop) give the standard error without a model of the correlations inside a
+population: with ``log Ẑ_p`` the estimate of population ``p``,
+
+* ``log Z = log mean_p exp(log Ẑ_p)``: ``Z`` itself is unbiased, so averaging ``Ẑ_p``
+  leaves less bias than averaging ``log Ẑ_p``;
+* ``info["log_z_se"] = sd_p(log Ẑ_p) / sqrt(P)``.
+
+That SE has ``P - 1`` degrees of freedom, and it measures the spread of the populations,
+not population annealing's own bias (a finite population lags behind equilibrium; the
+bias is low and falls with ``num_replicas`` and ``moves_per_temp``). With the defaults the
+error on a 16×16 torus at K_c reaches several SE (benchmarks/README.md): ask for more
+replicas, or more populations, where an honest SE matters more than time.
+
+Family statistics: every replica descends from one replica at β = 0 (its family); with
+``n_f`` the descendants of family ``f``, ``ρ_t = R Σ_f (n_f / R)²`` and
+``info["families_eff"] = R / ρ_t``, the equilibration population size of Wang, Machta &
+Katzgraber: roughly how many independent replicas the final population holds. Few
+families means the moves did not decorrelate the population, and the estimate (and its
+spread over populations) is biased low; ``converged`` asks for ``min_families``.
+
+``target_se`` adds batches of populations (a host loop over compiled batches) until the
+standard error is reached or ``max_populations`` have run; ``info["target_se_reached"]``
+says which.
+
+The marginals are the means of the final populations (equal weights after the last
+resampling and its moves), differentiable through the fluctuation–dissipation identities
+(:func:`isingattn.fluctuation.weighted_sample_marginals`), as is ``log Z``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, NamedTuple, Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from isingattn import prng
+from isingattn import validate as V
+from isingattn.energy import energy
+from isingattn.errors import IsingInputError
+from isingattn.fluctuation import weighted_sample_marginals
+from isingattn.inference.mcmc.base import ColouredSweep
+from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
+from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
+from isingattn.inference.mcmc.swendsen_wang import _negative
+from isingattn.inference.mcmc.swendsen_wang_kernel import (
+    bond_probabilities,
+    count_negative,
+    negative_coupling_error,
+    num_words,
+    sweep_with_bits,
+)
+from isingattn.marginals import Label, Marginals
+from isingattn.model import IsingModel, is_traced
+from isingattn.sparse import SparseCouplings
+
+MOVES = ("auto", "swendsen-wang", "gibbs")
+RESAMPLING = ("systematic", "residual", "multinomial")
+BISECTION_STEPS = 40  # halvings of the step: 2^-40 of the remaining β, below float32's resolution
+
+
+# ---------------------------------------------------------------------------------
+# Resampling and the adaptive step (pure, on the device)
+# ---------------------------------------------------------------------------------
+
+
+def systematic_indices(u, p):
+    """Systematic resampling of normalized weights ``p [R]`` with one uniform ``u`` in
+    [0, 1): replica ``i`` of the new population is the one whose cumulative-weight interval
+    holds ``(u + i)/R``. Returns ``[R]`` int32 indices (sorted). Replica ``r`` gets
+    ``floor(R p_r)`` or ``ceil(R p_r)`` offspring, ``R p_r`` on average over ``u``."""
+    R = p.shape[-1]
+    c = jnp.cumsum(p)
+    pos = (u + jnp.arange(R, dtype=p.dtype)) / R * c[-1]  # scaled to the sum: no overrun from rounding
+    return jnp.clip(jnp.searchsorted(c, pos, side="right"), 0, R - 1).astype(jnp.int32)
+
+
+def resample(key, log_w, scheme: str = "systematic"):
+    """Indices ``[R]`` of a resampled population from unnormalized log weights ``[R]``, each
+    replica drawn ``R w_r`` times in expectation (``w`` normalized). ``scheme``: one of
+    ``"systematic"``, ``"residual"``, ``"multinomial"``."""
+    R = log_w.shape[-1]
+    p = jax.nn.softmax(log_w)
+    if scheme == "systematic":
+        return systematic_indices(jax.random.uniform(key, (), p.dtype), p)
+    if scheme == "multinomial":
+        return jax.random.categorical(key, log_w, shape=(R,)).astype(jnp.int32)
+    if scheme == "residual":
+        counts = jnp.floor(R * p)
+        fixed = jnp.repeat(jnp.arange(R, dtype=jnp.int32), counts.astype(jnp.int32), total_repeat_length=R)
+        rest = jnp.maximum(R * p - counts, 0)  # the residual weights: R - Σ floor(R p) draws from them
+        drawn = jax.random.categorical(key, jnp.log(rest), shape=(R,)).astype(jnp.int32)
+        return jnp.where(jnp.arange(R) < counts.sum(), fixed, drawn)
+    raise IsingInputError(f"resampling must be one of {RESAMPLING}; got {scheme!r}.")
+
+
+def ess_fraction(log_w):
+    """``(Σw)² / (R Σw²)`` of log weights ``[..., R]``: 1 for equal weights, ``1/R`` for one."""
+    R = log_w.shape[-1]
+    return jnp.exp(2 * jax.nn.logsumexp(log_w, axis=-1) - jax.nn.logsumexp(2 * log_w, axis=-1)) / R
+
+
+def adaptive_step(E, remaining, target):
+    """The step ``Δβ`` in ``[0, remaining]`` whose weights ``exp(-Δβ E)`` (``E [R]``) have an
+    ESS fraction of ``target``: ``remaining`` itself when that keeps the fraction at or
+    above the target, else the bisection's value (the fraction falls as the step grows)."""
+    E = E - jnp.min(E)  # the fraction does not depend on a shift of E; this keeps exp in range
+
+    def frac(d):
+        return ess_fraction(-d * E)
+
+    def halve(_, lohi):
+        lo, hi = lohi
+        mid = 0.5 * (lo + hi)
+        ok = frac(mid) >= target
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, hi = lax.fori_loop(0, BISECTION_STEPS, halve, (jnp.zeros_like(remaining), remaining))
+    return jnp.where(frac(remaining) >= target, remaining, 0.5 * (lo + hi))
+
+
+# ---------------------------------------------------------------------------------
+# The annealing loop
+# ---------------------------------------------------------------------------------
+
+
+class PAResult(NamedTuple):
+    """What :func:`anneal_populations` returns for one model and ``P`` populations of ``R``.
+
+    * spins ``[P, R, n]``: the final populations (equal weights);
+    * log_z ``[P]``: ``log Ẑ_p - log Z_0``;
+    * ladder ``[P, T + 1]``: ``β_0 = 0, β_1, ...``, NaN after the last step (``T = max_temps``);
+    * ess ``[P, T]``: the ESS fraction of each step's weights, NaN after the last step;
+    * num_temps ``[P]`` int32: the steps taken; reached ``[P]``: β was reached;
+    * families_eff ``[P]``: ``R / ρ_t`` of the final population.
+    """
+
+    spins: jax.Array
+    log_z: jax.Array
+    ladder: jax.Array
+    ess: jax.Array
+    num_temps: jax.Array
+    reached: jax.Array
+    families_eff: jax.Array
+
+
+def _move_swendsen_wang(key, s, h, J, b):
+    """One Swendsen–Wang move of spins ``[P, R, n]``, population ``p`` at ``b[p]``."""
+    P, R, n = s.shape
+    W = num_words(n, J)
+    y0, y1 = prng.random_bits(key, -(-(W * P * R) // 2))
+    bits = jnp.concatenate([y0, y1])[: W * P * R].reshape(W, P, R)
+    probs = jax.vmap(lambda bb: bond_probabilities(h, J, bb, s.dtype, 0))(b)  # each [P, ...]
+    probs = tuple(jnp.moveaxis(x, 0, -1)[..., None] for x in probs)  # [..., P, 1]: the kernel's node-major layout
+    new_t, _, _ = sweep_with_bits(bits, jnp.moveaxis(s, -1, 0), probs, J)
+    return jnp.moveaxis(new_t, 0, -1)
+
+
+def _move_gibbs(key, s, h, J, b, classes):
+    """One heat-bath sweep of spins ``[P, R, n]``, population ``p`` at ``b[p]``."""
+    t = prng.logistic(key, s.shape, s.dtype) * (0.5 / b)[:, None, None]
+    new, _ = sweep_with_thresholds(t, GibbsState(s), h, J, classes)
+    return new.spins
+
+
+def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_populations: int, moves: str = "gibbs",
+                       moves_per_temp: int = 2, target_ess: float = 0.9, max_temps: int = 1024, fractions=None,
+                       resampling: str = "systematic", classes=None) -> PAResult:
+    """Anneal ``num_populations`` independent populations of ``num_replicas`` replicas from
+    β = 0 to ``beta`` (module docstring), one model.
+
+    Args:
+        h ``[n]``; J ``[n, n]`` or :class:`~isingattn.sparse.SparseCouplings` with weights
+        ``[E]``; beta a scalar; active ``[n]`` bool or None; moves ``"gibbs"`` or
+        ``"swendsen-wang"`` (``J ≥ 0``; not checked here); fractions: a fixed ladder
+        ``β_k / β`` ``[K]``, increasing, the last 1 (None: adaptive, at most
+        ``max_temps`` steps); classes: the Gibbs sweep's colour classes.
+    Returns:
+        :class:`PAResult`.
+    """
+    P, R = num_populations, num_replicas
+    dtype = h.dtype
+    n = h.shape[-1]
+    J = J.astype(dtype) if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
+    if moves == "gibbs" and isinstance(J, SparseCouplings):
+        J = J.with_table()
+    beta = jnp.asarray(beta, dtype)
+    if fractions is not None:
+        fractions = jnp.asarray(np.asarray(fractions), dtype)
+        T = fractions.shape[0]
+    else:
+        T = max_temps
+    k_init, k_run = jax.random.split(key)
+    s = init_spins(k_init, (P, R, n), active, dtype).spins  # exact at β = 0
+    fam = jnp.broadcast_to(jnp.arange(R, dtype=jnp.int32), (P, R))
+    nan = jnp.array(jnp.nan, dtype)
+    ladder = jnp.full((P, T + 1), nan).at[:, 0].set(0)
+    ess_hist = jnp.full((P, T), nan)
+
+    def move(key, s, b):
+        if moves == "swendsen-wang":
+            return _move_swendsen_wang(key, s, h, J, b)
+        return _move_gibbs(key, s, h, J, b, classes)
+
+    def step(carry):
+        k, s, fam, b, log_z, ladder, ess_hist, steps = carry
+        key = jax.random.fold_in(k_run, k)
+        k_res, k_move = jax.random.split(key)
+        E = energy(h, J, s)  # [P, R]
+        remaining = jnp.maximum(beta - b, 0)
+        if fractions is None:
+            d = jax.vmap(adaptive_step, in_axes=(0, 0, None))(E, remaining, target_ess)
+            b_new = jnp.where(d >= remaining, beta, b + d)  # the last step lands on β exactly
+        else:
+            b_new = jnp.broadcast_to(beta * fractions[k], b.shape)
+            d = b_new - b
+        log_w = -d[:, None] * E
+        log_z = log_z + jax.nn.logsumexp(log_w, axis=-1) - jnp.log(jnp.asarray(R, dtype))
+        idx = jax.vmap(resample, in_axes=(0, 0, None))(jax.random.split(k_res, P), log_w, resampling)
+        s = jnp.take_along_axis(s, idx[..., None], axis=1)
+        fam = jnp.take_along_axis(fam, idx, axis=1)
+        active_pop = b < beta  # populations still annealing (the others make extra moves at β)
+        ess_hist = ess_hist.at[:, k].set(jnp.where(active_pop, ess_fraction(log_w), nan))
+        ladder = ladder.at[:, k + 1].set(jnp.where(active_pop, b_new, nan))
+        steps = steps + active_pop.astype(jnp.int32)
+        # a floor on β for the sweep's 1/2β: only a degenerate first step of 0 would need it
+        b_move = jnp.maximum(b_new, jnp.finfo(dtype).tiny)
+        s = lax.fori_loop(0, moves_per_temp, lambda j, s: move(jax.random.fold_in(k_move, j), s, b_move), s)
+        return k + 1, s, fam, b_new, log_z, ladder, ess_hist, steps
+
+    def cond(carry):
+        k, b = carry[0], carry[3]
+        return (k < T) & jnp.any(b < beta)
+
+    zeros = jnp.zeros((P,), dtype)
+    carry = (jnp.int32(0), s, fam, zeros, zeros, ladder, ess_hist, jnp.zeros((P,), jnp.int32))
+    _, s, fam, b, log_z, ladder, ess_hist, steps = lax.while_loop(cond, step, carry)
+    counts = jax.vmap(lambda f: jnp.zeros((R,), dtype).at[f].add(1))(fam)  # n_f
+    families_eff = R * R / jnp.sum(counts * counts, axis=-1)  # R / ρ_t, ρ_t = R Σ_f (n_f/R)²
+    return PAResult(s, log_z, ladder, ess_hist, steps, b >= beta, families_eff)
+
+
+def _batched(model: IsingModel, J):
+    """``(h [B, n], J's weights, their vmap axis, active [B, n] or None, B)`` of a model
+    batch, flattened; couplings shared by the batch stay unbatched (axis None)."""
+    batch, n = tuple(model.batch_shape), model.n
+    B = int(np.prod(batch, dtype=int))
+    h = jnp.broadcast_to(model.h, batch + (n,)).reshape(B, n)
+    sparse = isinstance(J, SparseCouplings)
+    w = J.weights if sparse else J
+    core = 1 if sparse else 2
+    if w.ndim == core:
+        axis = None
+    else:
+        w = jnp.broadcast_to(w, batch + w.shape[-core:]).reshape((B,) + w.shape[-core:])
+        axis = 0
+    act = model.active()
+    if act is not None:
+        act = jnp.broadcast_to(act, batch + (n,)).reshape(B, n)
+    return h, w, axis, act, B
+
+
+# ---------------------------------------------------------------------------------
+# The engine
+# ---------------------------------------------------------------------------------
+
+
+class PopulationAnnealing(ColouredSweep):
+    """Population annealing from β = 0 (see the module docstring); ``"pa"``.
+
+    Config (static):
+
+    * ``num_replicas`` (``R``, 1024): replicas per population;
+    * ``num_populations`` (``P``, 4, at least 2): independent populations, for the SE;
+    * ``moves``: ``"auto"`` (Swendsen–Wang when every coupling of the concrete model is
+      ``≥ 0``, else Gibbs; Gibbs for traced couplings), ``"swendsen-wang"`` (a negative
+      coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2);
+    * ``target_ess`` (0.9): the ESS fraction each adaptive step keeps; ``max_temps`` (1024):
+      the most steps; ``fractions``: a fixed ladder ``β_k/β`` (a tuple, increasing, the last
+      1) in place of the adaptive one;
+    * ``resampling``: ``"systematic"``, ``"residual"`` or ``"multinomial"``;
+    * ``min_families`` (20): the least ``families_eff`` of a converged run (a heuristic: the
+      32×32 torus at K = 0.6 keeps about 29 of R = 1024 with the defaults, and is accurate);
+    * ``target_se`` (None): add batches of ``num_populations`` populations until
+      ``log_z_se ≤ target_se`` or ``max_populations`` (64) have run; the run then leaves
+      ``jax.jit`` for a host loop between compiled batches (under a caller's ``jax.jit``
+      one batch runs);
+    * ``schedule``/``colors``: the Gibbs sweep order, as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`.
+
+    ``marginals(model, *, key)`` returns:
+
+    * ``log_z [*batch]`` with ``info["log_z_kind"] == "estimate"``, ``info["log_z_se"]``
+      ``[*batch]`` and ``info["log_z_populations"] [*batch, P]``;
+    * ``mean [*batch, n]`` and ``corr`` (dense couplings): the final populations' moments;
+    * ``samples [*batch, P·R, n]``: the final populations, population-major;
+    * ``info["num_temps"] [*batch]`` (the most steps any population took),
+      ``info["ladder"] [*batch, P, T + 1]`` and ``info["ess"] [*batch, P, T]`` (``T``:
+      ``max_temps`` or the fixed ladder's length; NaN after a population's last step),
+      ``info["families_eff"] [*batch]`` (the smallest over the populations),
+      ``info["moves_per_temp"]``, ``info["num_populations"]``, ``info["reached_beta"]``;
+    * ``info["converged"] [*batch]``: every population reached β, ``families_eff ≥
+      min_families``, a finite SE and (with ``target_se``) ``log_z_se ≤ target_se``; with
+      Swendsen–Wang moves also that no coupling is negative. The warning says which failed.
+    """
+
+    num_replicas: int = eqx.field(static=True, default=1024, converter=V.plain)
+    num_populations: int = eqx.field(static=True, default=4, converter=V.plain)
+    moves: str = eqx.field(static=True, default="auto")
+    moves_per_temp: int = eqx.field(static=True, default=2, converter=V.plain)
+    target_ess: float = eqx.field(static=True, default=0.9, converter=V.plain)
+    max_temps: int = eqx.field(static=True, default=1024, converter=V.plain)
+    fractions: Optional[tuple] = eqx.field(static=True, default=None, converter=V.plain)
+    resampling: str = eqx.field(static=True, default="systematic")
+    min_families: float = eqx.field(static=True, default=20.0, converter=V.plain)
+    target_se: Optional[float] = eqx.field(static=True, default=None, converter=V.plain)
+    max_populations: int = eqx.field(static=True, default=64, converter=V.plain)
+    schedule: str = eqx.field(static=True, default="systematic")
+    colors: Optional[tuple] = eqx.field(static=True, default=None, converter=as_classes)
+
+    def __check_init__(self):
+        o = "PopulationAnnealing"
+        V.positive_int("num_replicas", self.num_replicas, owner=o)
+        V.positive_int("num_populations", self.num_populations, owner=o)
+        V.positive_int("moves_per_temp", self.moves_per_temp, owner=o)
+        V.positive_int("max_temps", self.max_temps, owner=o)
+        V.positive_int("max_populations", self.max_populations, owner=o)
+        V.float_in("target_ess", self.target_ess, 0.0, 1.0, owner=o, lo_open=True, hi_open=True)
+        V.float_in("min_families", self.min_families, 0.0, owner=o)
+        V.choice("moves", self.moves, MOVES, owner=o)
+        V.choice("resampling", self.resampling, RESAMPLING, owner=o)
+        V.choice("schedule", self.schedule, SCHEDULES, owner=o)
+        if self.num_replicas < 2:
+            raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got "
+                                  f"{self.num_replicas}.")
+        if self.num_populations < 2:
+            raise IsingInputError(f"{o} needs num_populations ≥ 2 for a standard error; got {self.num_populations}.")
+        if self.target_se is not None:
+            V.positive_float("target_se", self.target_se, owner=o)
+            if self.max_populations < self.num_populations:
+                raise IsingInputError(f"{o}: max_populations ({self.max_populations}) must be ≥ num_populations "
+                                      f"({self.num_populations}).")
+        if self.fractions is not None:
+            try:
+                f = np.asarray(self.fractions, dtype=np.float64)
+            except (TypeError, ValueError):
+                f = np.zeros((0,))
+            if (not isinstance(self.fractions, (tuple, list)) or f.ndim != 1 or f.size == 0
+                    or not np.all(np.isfinite(f)) or np.any(np.diff(f) <= 0) or f[0] <= 0 or f[-1] != 1.0):
+                raise IsingInputError(f"{o}: fractions must be a tuple of β_k/β, increasing in (0, 1] and ending at "
+                                      f"1; got {self.fractions!r}.")
+
+    needs_key: ClassVar[bool] = True
+    sparse_native: ClassVar[bool] = True
+
+    @property
+    def jit(self) -> bool:
+        """Traced under ``eqx.filter_jit``, except with ``target_se``: then a host loop adds
+        populations between compiled batches."""
+        return self.target_se is None
+
+    def _prepare(self, model: IsingModel) -> "PopulationAnnealing":
+        """Resolve ``moves="auto"`` from the concrete couplings (traced: Gibbs), refuse a
+        negative coupling for Swendsen–Wang, and colour the Gibbs sweep (host side)."""
+        J = model.J
+        sparse = isinstance(J, SparseCouplings)
+        traced = is_traced(J.weights if sparse else J)
+        eng = self
+        if self.moves != "gibbs" and not traced:
+            bad = count_negative(J)
+            if bad and self.moves == "swendsen-wang":
+                total = f"{int(np.prod(J.weights.shape))} edge weights" if sparse else "the pairs i < j"
+                raise negative_coupling_error(bad, total, owner='PopulationAnnealing(moves="swendsen-wang")')
+            if self.moves == "auto":
+                eng = dataclasses.replace(self, moves="gibbs" if bad else "swendsen-wang")
+        elif self.moves == "auto":
+            eng = dataclasses.replace(self, moves="gibbs")
+        if eng.moves == "gibbs":
+            return ColouredSweep._prepare(eng, model)
+        return eng
+
+    def _run(self, model: IsingModel, key) -> PAResult:
+        """One batch of ``num_populations`` populations for every model of the batch:
+        :class:`PAResult` with a leading flattened batch axis ``[B, ...]``."""
+        sg = lax.stop_gradient  # the populations carry no gradient; weighted_sample_marginals supplies it
+        J = jax.tree_util.tree_map(sg, model.J)
+        h, w, axis, act, B = _batched(model, J)
+        moves = "gibbs" if self.moves == "auto" else self.moves
+        sparse = isinstance(J, SparseCouplings)
+        classes = self._sweep_classes(model) if moves == "gibbs" else None
+
+        def one(k, hh, ww, aa):
+            JJ = J.with_weights(ww) if sparse else ww
+            return anneal_populations(k, sg(hh), JJ, sg(model.beta), aa, num_replicas=self.num_replicas,
+                                      num_populations=self.num_populations, moves=moves,
+                                      moves_per_temp=self.moves_per_temp, target_ess=self.target_ess,
+                                      max_temps=self.max_temps, fractions=self.fractions,
+                                      resampling=self.resampling, classes=classes)
+
+        keys = jax.random.split(key, B)
+        return jax.vmap(one, in_axes=(0, 0, axis, None if act is None else 0))(keys, h, w, act)
+
+    def _marginals(self, model: IsingModel, key: Optional[jax.Array]) -> Marginals:
+        if self.target_se is None or is_traced(model.h, key):
+            return self._assemble(model, self._run(model, key))
+        runs = [_compiled_run(self, model, key)]
+        while self.num_populations * len(runs) < self.max_populations:
+            log_z = jnp.concatenate([r.log_z for r in runs], axis=1)
+            if bool(jnp.all(_se(log_z) <= self.target_se)):
+                break
+            runs.append(_compiled_run(self, model, jax.random.fold_in(key, len(runs))))
+        return self._assemble(model, PAResult(*(jnp.concatenate(parts, axis=1) for parts in zip(*runs))))
+
+    def _assemble(self, model: IsingModel, res: PAResult) -> Marginals:
+        """The :class:`~isingattn.marginals.Marginals` of populations ``res`` (``[B, P, ...]``)."""
+        n, dtype, batch = model.n, model.dtype, tuple(model.batch_shape)
+        act = model.active()
+        P = res.log_z.shape[-1]
+        n_active = (jnp.full(batch, n, dtype) if act is None
+                    else jnp.broadcast_to(act, batch + (n,)).sum(-1).astype(dtype))
+        log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
+        log_z = jax.nn.logsumexp(log_zp, axis=-1) - jnp.log(P).astype(dtype)
+        se = _se(log_zp)
+        b = lambda x: x.reshape(batch + x.shape[1:])
+        fam = jnp.min(b(res.families_eff), axis=-1)
+        reached = jnp.all(b(res.reached), axis=-1)
+        converged = reached & (fam >= self.min_families) & jnp.isfinite(se)
+        info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_populations": log_zp,
+                "num_temps": jnp.max(b(res.num_temps), axis=-1), "ladder": b(res.ladder), "ess": b(res.ess),
+                "families_eff": fam, "reached_beta": reached,
+                "moves_per_temp": jnp.full(batch, self.moves_per_temp, jnp.int32),
+                "num_populations": jnp.full(batch, P, jnp.int32)}
+        if self.target_se is not None:
+            info["target_se_reached"] = se <= self.target_se
+            converged = converged & info["target_se_reached"]
+        if self.moves == "swendsen-wang":
+            info["negative_couplings"] = jnp.broadcast_to(_negative(model.J), batch)
+            converged = converged & (info["negative_couplings"] == 0)
+        info["converged"] = converged
+        s = res.spins.reshape(batch + (P * self.num_replicas, n))
+        log_w = jnp.zeros(s.shape[:-1], dtype)  # equal weights after the last resampling
+        return weighted_sample_marginals(model, s, log_w, info, log_z=log_z)
+
+    def _warning(self, flag, info, bad, total) -> str:
+        o = "PopulationAnnealing"
+        neg = int(np.asarray(info.get("negative_couplings", 0)).max())
+        if neg:
+            return (f"{o}: the model has {neg} negative coupling(s); Swendsen–Wang moves need J ≥ 0, so the "
+                    "estimate is not of this model. Use moves='gibbs'.")
+        why = []
+        reached = np.asarray(info["reached_beta"])
+        if not reached.all():
+            why.append(f"{int((~reached).sum())} did not reach β in {self.max_temps} steps (raise max_temps or lower "
+                       "target_ess)")
+        fam = np.asarray(info["families_eff"])
+        if (fam < self.min_families).any():
+            why.append(f"the fewest effective families is {fam.min():.3g} < min_families={self.min_families:g}: the "
+                       "moves did not decorrelate the population (raise num_replicas or moves_per_temp)")
+        if "target_se_reached" in info and not np.asarray(info["target_se_reached"]).all():
+            se = np.asarray(info["log_z_se"])
+            why.append(f"log_z_se {np.nanmax(se):.3g} is above target_se={self.target_se:g} after "
+                       f"{int(np.asarray(info['num_populations']).max())} populations, the most allowed "
+                       f"(raise max_populations or num_replicas)")
+        if not np.isfinite(np.asarray(info["log_z_se"])).all():
+            why.append("the standard error is not finite")
+        return f"{o}: {bad} of {total} models are not converged: " + "; ".join(why) + "."
+
+
+def _se(log_zp):
+    """``sd_p(log Ẑ_p) / sqrt(P)`` over the last axis."""
+    P = log_zp.shape[-1]
+    return jnp.std(log_zp, axis=-1, ddof=1) / jnp.sqrt(jnp.asarray(P, log_zp.dtype))
+
+
+@eqx.filter_jit
+def _compiled_run(engine: PopulationAnnealing, model: IsingModel, key) -> PAResult:
+    """One compiled batch of populations (the host loop of ``target_se``)."""
+    return engine._run(model, key)
