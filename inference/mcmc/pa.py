@@ -69,7 +69,6 @@ from isingattn.fluctuation import weighted_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
-from isingattn.inference.mcmc.swendsen_wang import _negative
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     bond_probabilities,
     count_negative,
@@ -393,7 +392,7 @@ class PopulationAnnealing(ColouredSweep):
         traced = is_traced(J.weights if sparse else J)
         eng = self
         if self.moves != "gibbs" and not traced:
-            bad = count_negative(J)
+            bad = int(count_negative(J))
             if bad and self.moves == "swendsen-wang":
                 total = f"{int(np.prod(J.weights.shape))} edge weights" if sparse else "the pairs i < j"
                 raise negative_coupling_error(bad, total, owner='PopulationAnnealing(moves="swendsen-wang")')
@@ -460,7 +459,7 @@ class PopulationAnnealing(ColouredSweep):
             info["target_se_reached"] = se <= self.target_se
             converged = converged & info["target_se_reached"]
         if self.moves == "swendsen-wang":
-            info["negative_couplings"] = jnp.broadcast_to(_negative(model.J), batch)
+            info["negative_couplings"] = jnp.broadcast_to(count_negative(model.J), batch)
             converged = converged & (info["negative_couplings"] == 0)
         info["converged"] = converged
         s = res.spins.reshape(batch + (P * self.num_replicas, n))
