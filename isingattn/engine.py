@@ -135,6 +135,19 @@ class Engine(eqx.Module):
             warnings.warn(message, category, stacklevel=5)  # the caller of marginals (each method call adds equinox's wrapper frame)
 
 
+def check_draw_call(model, num_samples, key, owner: str):
+    """The checks of an exact sampler's call (``sample_banded``, ``sample_junction_tree``): an
+    :class:`IsingModel` that is not causal, a positive count, one PRNG key. Returns ``(S, key)``."""
+    from isingattn import validate as V
+
+    if not isinstance(model, IsingModel):
+        raise IsingTypeError(f"{owner}: model must be an isingattn.IsingModel; got {type(model).__name__}.")
+    if model.causal:
+        raise IsingInputError(f"{owner}: causal models are not supported; give each query its own model "
+                              "(a mask) instead.")
+    return V.positive_int("num_samples", num_samples, owner=owner), check_key(key, owner=owner)
+
+
 class CausalBuckets(Engine):
     """``CausalBuckets(child)``: a causal model solved by ``child`` bucket by bucket
     (:func:`by_prefix`; bucket ``b`` gets ``fold_in(key, b)``), each bucket a non-causal

@@ -54,3 +54,20 @@ def brute_force_batch(h, J, beta=1.0, mask=None) -> dict:
         for k in out:
             out[k][idx] = r[k]
     return out
+
+
+def chi_square_p(draws, probs) -> float:
+    """p-value of Pearson's chi-square test of ``draws [S, m]`` (±1) against ``probs [2^m]`` in
+    the order of :func:`all_spins`; cells expected below 5 are pooled into one."""
+    from scipy import stats
+
+    m = draws.shape[1]
+    idx = ((np.asarray(draws) < 0).astype(np.int64) * (2 ** np.arange(m - 1, -1, -1))).sum(-1)
+    counts = np.bincount(idx, minlength=2**m).astype(float)
+    expected = probs * len(idx)
+    small = expected < 5
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    keep = exp > 0
+    stat = np.sum((obs[keep] - exp[keep]) ** 2 / exp[keep])
+    return float(stats.chi2.sf(stat, keep.sum() - 1))

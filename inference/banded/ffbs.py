@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from isingattn import prng
 from isingattn import validate as V
 from isingattn.energy import spin_table
-from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.engine import check_draw_call
+from isingattn.errors import IsingInputError
 from isingattn.inference.banded.engine import band_message, band_violation, sweep_inputs
 from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
@@ -61,13 +61,7 @@ def sample_banded(model: IsingModel, *, key, num_samples: int, bandwidth: Option
 
     Cost ``O(n 2^w)`` per model plus ``O(S n)``; memory ``O(n 2^w)`` per model and ``O(S n)``.
     """
-    if not isinstance(model, IsingModel):
-        raise IsingTypeError(f"sample_banded: model must be an isingattn.IsingModel; got {type(model).__name__}.")
-    if model.causal:
-        raise IsingInputError("sample_banded: causal models are not supported; give each query its own model "
-                              "(a mask) instead.")
-    S = V.positive_int("num_samples", num_samples, owner="sample_banded")
-    key = prng.check_key(key, owner="sample_banded")
+    S, key = check_draw_call(model, num_samples, key, "sample_banded")
     J = model.J
     sparse = isinstance(J, SparseCouplings)
     dist = band_violation(J) if sparse or not is_traced(J) else None

@@ -22,9 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from isingattn import prng
-from isingattn import validate as V
-from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.engine import check_draw_call
 from isingattn.inference.junction_tree.contract import pad_rows, upward
 from isingattn.inference.junction_tree.engine import MAX_BYTES, JunctionTree, edge_form, plan_for
 from isingattn.model import IsingModel
@@ -46,13 +44,7 @@ def sample_junction_tree(model: IsingModel, *, key, num_samples: int, order: Uni
     Returns:
         spins ``[S, *batch, n]`` in ``{-1, +1}`` (the model's dtype); inactive spins are ``+1``.
     """
-    if not isinstance(model, IsingModel):
-        raise IsingTypeError(f"sample_junction_tree: model must be an isingattn.IsingModel; got {type(model).__name__}.")
-    if model.causal:
-        raise IsingInputError("sample_junction_tree: causal models are not supported; give each query its own model "
-                              "(a mask) instead.")
-    S = V.positive_int("num_samples", num_samples, owner="sample_junction_tree")
-    key = prng.check_key(key, owner="sample_junction_tree")
+    S, key = check_draw_call(model, num_samples, key, "sample_junction_tree")
     engine = JunctionTree(order=order, max_bytes=max_bytes)._prepare(model)
     plan = plan_for(engine.graph, engine._order_key(model.n))
     h, w, batch, _, act = edge_form(model, engine.graph)

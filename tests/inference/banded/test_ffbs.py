@@ -6,30 +6,14 @@ window wider than the couplings need. Plus the refusals."""
 import jax
 import numpy as np
 import pytest
-from scipy import stats
 
 from isingattn import IsingModel
 from isingattn.errors import IsingInputError
 from isingattn.graphs import lattice
 from isingattn.inference.banded.ffbs import sample_banded
-from isingattn.testing import brute_force
+from isingattn.testing import brute_force, chi_square_p
 
 P_MIN = 1e-3  # chi-square p-value below which the draws are rejected
-
-
-def chi_square_p(draws, probs) -> float:
-    """p-value of Pearson's chi-square test of ``draws [S, m]`` (±1) against ``probs [2^m]`` in
-    the order of ``isingattn.testing.all_spins``; cells expected below 5 are pooled into one."""
-    m = draws.shape[1]
-    idx = ((np.asarray(draws) < 0).astype(np.int64) * (2 ** np.arange(m - 1, -1, -1))).sum(-1)
-    counts = np.bincount(idx, minlength=2**m).astype(float)
-    expected = probs * len(idx)
-    small = expected < 5
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    keep = exp > 0
-    stat = np.sum((obs[keep] - exp[keep]) ** 2 / exp[keep])
-    return float(stats.chi2.sf(stat, keep.sum() - 1))
 
 
 def strip_model(seed, shape=(4, 2)):

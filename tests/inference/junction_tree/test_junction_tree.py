@@ -5,14 +5,12 @@ float64 brute force on random graphs (n ≤ 14), dwave-samplers' ``TreeDecomposi
 probabilities, and central finite differences of the brute-force log Z for the gradients. Plus
 the refusals (a graph too wide for the memory budget, a traced dense J without a graph)."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 import pytest
-from scipy import stats
 
 from isingattn import IsingModel, graphs, inference
 from isingattn.engine import from_spec, to_spec
@@ -21,7 +19,7 @@ from isingattn.inference.junction_tree import JunctionTree, sample_junction_tree
 from isingattn.inference.junction_tree.order import HEURISTICS, heuristic_order
 from isingattn.inference.junction_tree.plan import Plan
 from isingattn.sparse import CouplingGraph, SparseCouplings
-from isingattn.testing import all_spins, brute_force, brute_force_batch
+from isingattn.testing import brute_force, brute_force_batch, chi_square_p
 
 TOL = 1e-10
 P_MIN = 1e-3  # chi-square p-value below which the draws are rejected
@@ -131,20 +129,6 @@ def test_matches_tree_decomposition_sampler(name):
 
 
 # ---- exact samples -----------------------------------------------------------------------------
-
-
-def chi_square_p(draws, probs) -> float:
-    """Pearson's chi-square p-value of ``draws [S, m]`` (±1) against ``probs [2^m]`` in the order
-    of ``all_spins``; cells expected below 5 pooled into one."""
-    m = draws.shape[1]
-    idx = ((np.asarray(draws) < 0).astype(np.int64) * (2 ** np.arange(m - 1, -1, -1))).sum(-1)
-    counts = np.bincount(idx, minlength=2**m).astype(float)
-    expected = probs * len(idx)
-    small = expected < 5
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    keep = exp > 0
-    return float(stats.chi2.sf(np.sum((obs[keep] - exp[keep]) ** 2 / exp[keep]), keep.sum() - 1))
 
 
 def test_samples_pass_chi_square_against_brute_force():
