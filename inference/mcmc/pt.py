@@ -332,11 +332,11 @@ class ParallelTempering(ColouredSweep):
     Gibbs freezes", also for two processes under ``jax.distributed``).
 
     The defaults (16 replicas, 2000 warmup and 16000 sampling steps, 4 chains) are sized
-    for issue 29's 8×24 ±J strip at β = 2 (every marginal within 0.08 of exact); a larger
+    for an 8×24 ±J strip at β = 2 (every marginal within 0.08 of exact); a larger
     or colder model needs more replicas when ``swap_rate`` falls below about 0.3.
     """
 
-    # Defaults sized for the model of issue 29 (8×24 ±J strip, β = 2: every marginal within
+    # Defaults sized for an 8×24 ±J strip (β = 2: every marginal within
     # 0.08 of exact, about a minute on a shared 2-core CPU): a few dozen round trips per chain.
     num_warmup: int = eqx.field(static=True, default=2000, converter=V.plain)
     num_samples: int = eqx.field(static=True, default=16000, converter=V.plain)
