@@ -12,7 +12,7 @@ import pytest
 from isingattn import IsingInputError, IsingModel
 from isingattn.engine import ConvergenceWarning
 from isingattn.inference import PopulationAnnealing, get
-from isingattn.inference.mcmc.pa import adaptive_step, ess_fraction, resample, systematic_indices
+from isingattn.inference.mcmc.resampling import adaptive_step, ess_fraction, resample, systematic_indices
 from isingattn.instances import random_model
 from isingattn.testing import brute_force
 
