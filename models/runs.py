@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 from typing import Optional
 
 from isingattn import atomic
@@ -125,3 +126,44 @@ def finished_in_log(log_path: str, variant: str, seed: int, steps: int) -> Optio
         if rec.get("variant") == variant and rec.get("seed") == seed and rec.get("step") == steps:
             return {"step": steps, "metrics": rec}
     return None
+
+
+RECORDS = ("code",)  # keys of cell.json that record a run, not a setting of the cell
+
+
+def code_version() -> dict:
+    """The code that trains: ``{"commit", "dirty", "version"}``, the git commit of the source checkout
+    the package runs from (``dirty``: its work tree had uncommitted changes), or None for both outside
+    a checkout (an installed wheel), and the package version."""
+    import pathlib
+
+    import isingattn
+
+    root = pathlib.Path(__file__).resolve().parents[1]  # <checkout>/models/runs.py
+    commit = dirty = None
+    if (root / "pyproject.toml").is_file() and (root / "isingattn" / "__init__.py").is_file():
+        try:
+            # --no-optional-locks: a status that only reads never takes (or, killed, leaves) the index lock
+            git = lambda *a: subprocess.run(["git", "--no-optional-locks", "-C", str(root), *a], capture_output=True,
+                                            text=True, timeout=60)
+            head = git("rev-parse", "HEAD")
+            if head.returncode == 0:
+                commit = head.stdout.strip()
+                dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        except (OSError, subprocess.SubprocessError):  # no git on this machine
+            pass
+    return {"commit": commit, "dirty": dirty, "version": isingattn.__version__}
+
+
+def cell_record(settings: dict, out: str) -> dict:
+    """cell.json: the cell's ``settings``, and under ``code`` every code version that has trained in the
+    folder, oldest first (a resumed cell may span commits)."""
+    path = os.path.join(out, "cell.json")
+    try:
+        code = json.load(open(path)).get("code", []) if os.path.exists(path) else []
+    except ValueError:
+        code = []
+    now = code_version()
+    if not code or code[-1] != now:
+        code = [*code, now]
+    return {**settings, "code": code}

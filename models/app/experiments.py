@@ -14,7 +14,6 @@ import dataclasses
 import glob
 import json
 import os
-import subprocess
 import time
 from typing import Optional
 
@@ -29,7 +28,7 @@ from isingattn.models.app.cells import METRIC  # per task: the metric, its label
 from isingattn.models.app.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
 from isingattn.models.train import compare_variants, TrainConfig
-from isingattn.models.runs import run_spec, saved_spec, spec_differences
+from isingattn.models.runs import RECORDS, cell_record, run_spec, saved_spec, spec_differences
 from isingattn.models.transformer import Config
 from isingattn.models.app.runlock import FolderLock
 
@@ -371,7 +370,7 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
         config = {"cell": dataclasses.asdict(cell), "train": dataclasses.asdict(cell.train_config()),
                   "models": {v: config_to_dict(cell.config(v, vocab)) for v in cell.variants}, "data": meta}
         logged = [] if restart else _logged_variants(out, cell, vocab, meta)
-        atomic.write_json(os.path.join(out, "cell.json"), _cell_record(cell, out), indent=2)
+        atomic.write_json(os.path.join(out, "cell.json"), cell_record(dataclasses.asdict(cell), out), indent=2)
         atomic.write_json(os.path.join(out, "config.json"), config, indent=2)  # the full configuration of every run
         if command:
             atomic.append_line(os.path.join(out, "commands.txt"), command)
@@ -385,47 +384,6 @@ def run_cell(cell: Cell, out: str, *, data_path: Optional[str] = None, progress:
         atomic.write_json(os.path.join(out, "results.json"),
                           {v: {str(s): x for s, x in r.items()} for v, r in results.items()}, indent=2)
     return results
-
-
-RECORDS = ("code",)  # keys of cell.json that record a run, not a setting of the cell
-
-
-def code_version() -> dict:
-    """The code that trains: ``{"commit", "dirty", "version"}``, the git commit of the source checkout
-    the package runs from (``dirty``: its work tree had uncommitted changes), or None for both outside
-    a checkout (an installed wheel), and the package version."""
-    import pathlib
-
-    import isingattn
-
-    root = pathlib.Path(__file__).resolve().parents[2]  # <checkout>/models/app/experiments.py
-    commit = dirty = None
-    if (root / "pyproject.toml").is_file() and (root / "isingattn" / "__init__.py").is_file():
-        try:
-            # --no-optional-locks: a status that only reads never takes (or, killed, leaves) the index lock
-            git = lambda *a: subprocess.run(["git", "--no-optional-locks", "-C", str(root), *a], capture_output=True,
-                                            text=True, timeout=60)
-            head = git("rev-parse", "HEAD")
-            if head.returncode == 0:
-                commit = head.stdout.strip()
-                dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
-        except (OSError, subprocess.SubprocessError):  # no git on this machine
-            pass
-    return {"commit": commit, "dirty": dirty, "version": isingattn.__version__}
-
-
-def _cell_record(cell: Cell, out: str) -> dict:
-    """cell.json: the cell's settings, and under ``code`` every code version that has trained in the
-    folder, oldest first (a resumed cell may span commits)."""
-    path = os.path.join(out, "cell.json")
-    try:
-        code = json.load(open(path)).get("code", []) if os.path.exists(path) else []
-    except ValueError:
-        code = []
-    now = code_version()
-    if not code or code[-1] != now:
-        code = [*code, now]
-    return {**dataclasses.asdict(cell), "code": code}
 
 
 def _check_cell(cell: Cell, out: str) -> None:

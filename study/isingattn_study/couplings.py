@@ -33,7 +33,8 @@ ROOT = "results/reproduce"
 def committed_cell(name: str, root: str = ROOT):
     """The :class:`~isingattn.models.app.experiments.Cell` of ``root/<name>/cell.json`` (its committed settings;
     fields added since take the values those cells were run with, ``LEGACY_CELL``)."""
-    from isingattn.models.app.experiments import LEGACY_CELL, RECORDS, Cell
+    from isingattn.models.app.experiments import LEGACY_CELL, Cell
+    from isingattn.models.runs import RECORDS
 
     fields = {**LEGACY_CELL, **json.load(open(os.path.join(root, name, "cell.json")))}
     fields = {k: v for k, v in fields.items() if k not in RECORDS}
