@@ -27,8 +27,10 @@ from isingattn.model import IsingModel
 __all__ = ["IsingModel", "Marginals", "boltzmann_attention", "inference", "IsingInputError", "IsingTypeError",
            "TooManySpinsError", "IsingDistribution", "enable_compilation_cache"]
 
-if _cache_dir_from_env() is not None:  # $ISINGATTN_JAX_CACHE names a folder: the user asked for the cache
-    enable_compilation_cache(_cache_dir_from_env())
+_asked = _cache_dir_from_env()  # $ISINGATTN_JAX_CACHE names a folder: the user asked for the cache
+if _asked is not None:
+    enable_compilation_cache(_asked)
+del _asked
 
 
 def _version() -> str:
