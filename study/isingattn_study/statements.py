@@ -123,9 +123,9 @@ def _convergence(C) -> str:
     return ("* **Trained 3x as long (T = 64, toeplitz J), the variants' perplexities do not fall alike.** Paired by "
             "seed, 6,000 steps against 2,000 change softmax's perplexity by "
             + ", h's by ".join(f"{_ci(*change[v][:2])}%" for v in ("softmax", "h"))
-            + f" and hJ's by {_ci(*change['hJ'][:2])}% ({change['hJ'][2]} seeds). hJ's relative edge over softmax "
-            f"is {_ci(*edge[0])}% at 2,000 steps and {_ci(*edge[1])}% at 6,000 (neither interval excludes 0): what "
-            "edge hJ has early may be faster convergence. The learned coupling at distance 2 changes sign with "
+            + f" and hJ's by {_ci(*change['hJ'][:2])}% ({change['hJ'][2]} seeds). hJ's perplexity relative to softmax's "
+            f"(negative: hJ's is lower) is {_ci(*edge[0])}% at 2,000 steps and {_ci(*edge[1])}% at 6,000: neither "
+            "interval excludes 0, so no edge is shown at either length. The learned coupling at distance 2 changes sign with "
             f"longer training, from {min(d2[0]):+.2f} to {max(d2[0]):+.2f} at 2,000 steps to {min(d2[1]):+.2f} to "
             f"{max(d2[1]):+.2f} at 6,000, on {flips} of {len(d2[1])} seeds.\n")
 

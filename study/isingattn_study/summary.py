@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 from scipy import optimize
 
 from isingattn import atomic
-from isingattn.models.app.cells import load_cells, reference
+from isingattn.models.app.cells import load_cells, reference, sibling
 from isingattn.models.app.report import fmt, mean_ci
 from isingattn_study.stats import fmt_p, holm, paired_p, power_paired, sign_test, welch
 
@@ -161,6 +161,11 @@ def tests(root: str) -> list[Test]:
                                                   else " (Banded)" if "banded" in name else "")
         T.append(paired_test(C, g, f"T = {c['seq_len']}, {form} ({name})", (name, "hJ"),
                              (os.path.relpath(ref["folder"], root), "softmax"), perplexity=True))
+    g = "Tiny Shakespeare, hJ against h (J = 0), where hJ against softmax survives Holm"
+    name = "shakespeare-long/T128-banded8"
+    if name in C and (h := sibling(C[name], list(C.values()), "h")) is not None:
+        T.append(paired_test(C, g, f"T = 128, J banded (Banded) ({name})", (name, "hJ"),
+                             (os.path.relpath(h["folder"], root), "h"), perplexity=True))
     g = "the change of hJ − softmax from T = 16 to 24, full J (Welch)"
     for on, tail in (("FFN on", ""), ("FFN off", "-noffn")):
         a = paired_test(C, g, "", (f"{BH}/T16{tail}", "hJ"), (f"{BH}/T16{tail}", "softmax"))
