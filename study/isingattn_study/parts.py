@@ -170,11 +170,23 @@ def _pairwise(root, mine, every) -> str:
 
 
 def _seeds10(root, mine, every) -> str:
+    from isingattn_study.reruns import reproduced
+
+    checked = [reproduced(root, f"brackets-hard/{c['folder'].rsplit('/', 1)[-1].replace('-s5', '')}", "softmax")
+               for c in mine]
+    if checked and all(checked):
+        soft = "softmax's seeds 0-4 were retrained bit for bit by the later code (`rerun/README.md`)"
+    else:
+        soft = ("softmax's seed 0 was retrained bit for bit by the later code (`pairwise/README.md`); its other seeds "
+                + ("were retrained, not all bit for bit (`rerun/README.md`)" if any(x is False for x in checked)
+                   else "were not rerun"))
     md = ("Seeds 5-9 of the brackets-hard headline cells (this part) pooled with seeds 0-4 (the brackets-hard "
-          "cell of the same shape), same settings. softmax's seeds 0-4 are reproduced bit for bit by today's code; "
-          "hJ's are not (a float-level change of the Ising path since, see `pairwise/README.md`), so hJ's seeds "
-          "0-4 come from a rerun under today's code where one exists (named below). Holm over the rows of the "
-          "comparison table.\n")
+          f"cell of the same shape), same settings. The two blocks were trained by two code versions: seeds 0-4 "
+          f"by the grid's (up to 2026-12-02), seeds 5-9 by the controls' (from 2026-12-04 on). {soft}; hJ's are "
+          "not (a float-level change of the Ising path, see `pairwise/README.md`), so hJ's seeds 0-4 come from a "
+          "rerun under the later code where one exists (named below). The pooled rows therefore pair runs of two "
+          "code versions; `summary.md` tests each block on its own. Holm over the rows of the comparison "
+          "table.\n")
     pairs, sources = [], []
     md += "\n| cell | softmax | hJ | h | J |\n|---|---|---|---|---|\n"
     for c in mine:

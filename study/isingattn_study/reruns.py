@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Optional
 
 from isingattn import atomic
 
@@ -24,6 +25,7 @@ PART = "rerun"
 # checks that today's code still trains the controls' hJ bit for bit
 RERUNS = (
     ("brackets-hard/T16", ("softmax", "h")),
+    ("brackets-hard/T16-noffn", ("softmax", "h")),
     ("seeds10/T16-s5", ("hJ",)),
     ("brackets-hard/T24", ("softmax", "h")),
     ("brackets-hard/T24-noffn", ("softmax", "h")),
@@ -53,6 +55,15 @@ def rerun_cell(root: str, committed: str, variants: tuple):
 def folder(root: str, committed: str) -> str:
     part, name = committed.split("/", 1)
     return os.path.join(root, PART, name if part == "brackets-hard" else f"{part}-{name}")
+
+
+def reproduced(root: str, committed: str, variant: str) -> Optional[bool]:
+    """Whether ``rerun/`` retrained ``variant`` of ``committed`` to the last bit on every seed it reran (None: not
+    rerun yet)."""
+    new, old = _results(folder(root, committed)).get(variant), _results(os.path.join(root, committed)).get(variant)
+    if not new or old is None:
+        return None
+    return all(old.get(s) == x for s, x in new.items())
 
 
 def _results(path: str) -> dict:

@@ -22,6 +22,7 @@ from scipy import optimize
 from isingattn import atomic
 from isingattn.models.app.cells import load_cells, reference, sibling
 from isingattn.models.app.report import fmt, mean_ci
+from isingattn_study.reruns import reproduced
 from isingattn_study.stats import fmt_p, holm, paired_p, power_paired, sign_test, welch
 
 # The code that trained each part. The grid's cells (the paper's grid, brackets-hard, the long-context parts)
@@ -57,28 +58,16 @@ def _pair(a: dict, b: dict, perplexity: bool = False) -> tuple[list, list]:
     return [100 * (a[s] - b[s]) for s in seeds], seeds
 
 
-def _reproduced(C: dict, committed: str, variant: str) -> bool:
-    """Whether rerun/ retrained ``variant`` of ``committed`` bit for bit on every seed."""
-    from isingattn_study.reruns import folder
-
-    rr = C.get(folder("", committed))
-    old = C.get(committed)
-    if rr is None or old is None or variant not in rr["results"]:
-        return False
-    new = rr["results"][variant]
-    return set(new) == set(old["results"][variant]) and all(new[s] == old["results"][variant][s] for s in new)
-
-
-def _side(C: dict, name: str, variant: str):
+def _side(C: dict, root: str, name: str, variant: str):
     """(results by seed, code version) of ``variant`` in cell ``name``; a grid cell's softmax or h counts as the
     controls' code where rerun/ reproduced it bit for bit."""
     c = C.get(name)
     if c is None or variant not in c["results"]:
         return None, "missing"
     version = VERSION[c["part"]]
-    if c["part"] == "rerun" and not _reproduced(C, "seeds10/T16-s5", "hJ"):
+    if c["part"] == "rerun" and not reproduced(root, "seeds10/T16-s5", "hJ"):
         version = "today"  # the controls' hJ not (yet) retrained bit for bit by the code of the reruns
-    if version == "grid" and variant != "hJ" and _reproduced(C, name, variant):
+    if version == "grid" and variant != "hJ" and reproduced(root, name, variant):
         version = "grid = controls"
     return c["results"][variant], version
 
@@ -93,8 +82,8 @@ def _same(v1: str, v2: str) -> Optional[str]:
     return None
 
 
-def paired_test(C, group, label, hj: tuple, base: tuple, perplexity=False, note="") -> Test:
-    (a, va), (b, vb) = _side(C, *hj), _side(C, *base)
+def paired_test(C, root, group, label, hj: tuple, base: tuple, perplexity=False, note="") -> Test:
+    (a, va), (b, vb) = _side(C, root, *hj), _side(C, root, *base)
     if a is None or b is None:
         return Test(group, label, "not run", [], [], note)
     v = _same(va, vb)
@@ -125,18 +114,18 @@ def tests(root: str) -> list[Test]:
                        ("brackets-hard/T64-toeplitz8", "T = 64 (toeplitz J), FFN on, seeds 0–4"),
                        ("tuned/T64-toeplitz8-s10", "T = 64 (toeplitz J), FFN on, seeds 10–14"),
                        ("brackets-hard/T64-noffn-toeplitz8", "T = 64 (toeplitz J), FFN off, seeds 0–4")):
-        T.append(paired_test(C, g, what, (name, "hJ"), (name, "softmax")))
+        T.append(paired_test(C, root, g, what, (name, "hJ"), (name, "softmax")))
     g = "hJ − (softmax + B), a learned position-pair field B[i, j]"
     for hj, base, what in (("pairwise/T16", "pairwise/T16-pairbias", "T = 16"),
                            ("rerun/T24", "pairwise/T24-pairbias", "T = 24"),
                            ("rerun/T64-toeplitz8", "pairwise/T64-toeplitz8-pairbias", "T = 64 (toeplitz J)")):
-        t = paired_test(C, g, what + ", seeds 0–4", (hj, "hJ"), (base, "softmax"))
+        t = paired_test(C, root, g, what + ", seeds 0–4", (hj, "hJ"), (base, "softmax"))
         if t.version == "not run":  # hJ of the controls' code not yet rerun at this T: the committed one is older
-            t = paired_test(C, g, what + ", seeds 0–4", (f"{BH}/{hj.split('/')[1]}", "hJ"), (base, "softmax"))
+            t = paired_test(C, root, g, what + ", seeds 0–4", (f"{BH}/{hj.split('/')[1]}", "hJ"), (base, "softmax"))
         T.append(t)
     g = "tuned hJ − tuned softmax (each at its own best setting), fresh seeds 10–14"
-    T.append(paired_test(C, g, "T = 16", ("tuned/T16-wd0.1-s10", "hJ"), ("tuned/T16-wd0.1-s10", "softmax")))
-    T.append(paired_test(C, g, "T = 64 (toeplitz J)", ("tuned/T64-toeplitz8-wd0.1-s10", "hJ"),
+    T.append(paired_test(C, root, g, "T = 16", ("tuned/T16-wd0.1-s10", "hJ"), ("tuned/T16-wd0.1-s10", "softmax")))
+    T.append(paired_test(C, root, g, "T = 64 (toeplitz J)", ("tuned/T64-toeplitz8-wd0.1-s10", "hJ"),
                          ("tuned/T64-toeplitz8-wd0.1-s10", "softmax")))
     g = "hJ − h with a second head or layer (brackets-hard, 3 seeds)"
     for t_len, tail in ((16, ""), (64, "-toeplitz8")):
@@ -144,12 +133,12 @@ def tests(root: str) -> list[Test]:
             name = f"capacity/T{t_len}{tail}-{shape}"
             d, lh = (32 if shape.endswith("d32") else 64), shape.split("-")[0].split("x")
             what = f"T = {t_len}, d_model {d}, {lh[0]} layer{'s' * (lh[0] != '1')} × {lh[1]} head{'s' * (lh[1] != '1')}"
-            T.append(paired_test(C, g, what, (name, "hJ"), (name, "h")))
+            T.append(paired_test(C, root, g, what, (name, "hJ"), (name, "h")))
         depth = f"depth/T{t_len}{tail}-2x4"
-        T.append(paired_test(C, g, f"T = {t_len}, d_model 64, 2 layers × 4 heads", (depth, "hJ"), (depth, "h")))
+        T.append(paired_test(C, root, g, f"T = {t_len}, d_model 64, 2 layers × 4 heads", (depth, "hJ"), (depth, "h")))
     g = "the paper's bracket task (brackets), hJ − softmax, T = 16"
     for name, what in (("brackets/T16", "FFN on"), ("brackets/T16-noffn", "FFN off")):
-        T.append(paired_test(C, g, what, (name, "hJ"), (name, "softmax")))
+        T.append(paired_test(C, root, g, what, (name, "hJ"), (name, "softmax")))
     g = "Tiny Shakespeare, hJ against softmax, % of validation perplexity (positive: hJ lower)"
     for name in sorted((n for n, c in C.items() if c["part"] in ("shakespeare", "shakespeare-long", "meanfield")
                         and "hJ" in c["results"]), key=lambda n: (C[n]["seq_len"], n)):
@@ -159,17 +148,17 @@ def tests(root: str) -> list[Test]:
         c = C[name]
         form = f"J {c.get('J_param', 'full')}" + (f" through {c['engine_kw'][0][1].upper()}" if c["part"] == "meanfield"
                                                   else " (Banded)" if "banded" in name else "")
-        T.append(paired_test(C, g, f"T = {c['seq_len']}, {form} ({name})", (name, "hJ"),
+        T.append(paired_test(C, root, g, f"T = {c['seq_len']}, {form} ({name})", (name, "hJ"),
                              (os.path.relpath(ref["folder"], root), "softmax"), perplexity=True))
     g = "Tiny Shakespeare, hJ against h (J = 0), where hJ against softmax survives Holm"
     name = "shakespeare-long/T128-banded8"
     if name in C and (h := sibling(C[name], list(C.values()), "h")) is not None:
-        T.append(paired_test(C, g, f"T = 128, J banded (Banded) ({name})", (name, "hJ"),
+        T.append(paired_test(C, root, g, f"T = 128, J banded (Banded) ({name})", (name, "hJ"),
                              (os.path.relpath(h["folder"], root), "h"), perplexity=True))
     g = "the change of hJ − softmax from T = 16 to 24, full J (Welch)"
     for on, tail in (("FFN on", ""), ("FFN off", "-noffn")):
-        a = paired_test(C, g, "", (f"{BH}/T16{tail}", "hJ"), (f"{BH}/T16{tail}", "softmax"))
-        b = paired_test(C, g, "", (f"{BH}/T24{tail}", "hJ"), (f"{BH}/T24{tail}", "softmax"))
+        a = paired_test(C, root, g, "", (f"{BH}/T16{tail}", "hJ"), (f"{BH}/T16{tail}", "softmax"))
+        b = paired_test(C, root, g, "", (f"{BH}/T24{tail}", "hJ"), (f"{BH}/T24{tail}", "softmax"))
         T.append(Test(g, f"{on}, seeds 0–4", a.version if a.version == b.version else "mixed", [], [],
                       welch_of=(a.diffs, b.diffs)))
     return T
