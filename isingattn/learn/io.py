@@ -10,7 +10,7 @@ readable without isingattn: ``h [n]``, ``beta []`` and either ``J [n, n]`` (dens
 Written atomically (:mod:`isingattn.atomic`).
 
 A fit's folder (:func:`save_fit`, what ``isingattn fit --out FOLDER`` writes) holds the set
-:data:`FIT_FILES`: ``model.npz`` (:func:`save_model`), ``model.bqm`` (dimod's
+``FIT_FILES``: ``model.npz`` (:func:`save_model`), ``model.bqm`` (dimod's
 ``BinaryQuadraticModel.to_file``: the SPIN model at β = 1 with ``β·h`` and ``β·J``, since a BQM
 has no temperature) and ``fit.json`` (the fit's ``info`` and the command line). The three are
 one set: they are written into a temporary folder beside FOLDER, which then replaces FOLDER in
@@ -122,7 +122,7 @@ def load_model(path: str):
 
 
 def check_fit_folder(folder: str, what: str = "folder") -> None:
-    """Refuse, before a fit runs, a ``folder`` that cannot take a fit's set (:data:`FIT_FILES`):
+    """Refuse, before a fit runs, a ``folder`` that cannot take a fit's set (``FIT_FILES``):
     not writable, a file, holding a non-file where one of the set goes, holding other files (the
     folder is replaced as a whole), or the current folder or one above it. Leftovers of a killed
     earlier write are swept first. Raises :class:`IsingInputError` whose message starts with
@@ -170,7 +170,7 @@ def json_info(info: dict) -> dict:
 
 
 def save_fit(folder: str, result, *, method: str, data: str | None = None, command: str | None = None) -> dict:
-    """Write a fit's set (:data:`FIT_FILES`, module docstring) into ``folder``, replacing it as one.
+    """Write a fit's set (``FIT_FILES``, module docstring) into ``folder``, replacing it as one.
 
     ``result`` is :func:`isingattn.learn.fit`'s :class:`~isingattn.learn.FitResult`; ``method``
     and ``data`` (the samples' path) go into model.npz's ``meta``, ``command`` (the command line
