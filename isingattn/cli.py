@@ -1,21 +1,17 @@
 """The ``isingattn`` command line: argparse, dispatch to the library, and bad input as one line.
 
-Every bad input ends with one line on stderr (``isingattn: error: ...`` or argparse's
-``isingattn <verb>: error: ...``) that names the option, the value and the fix, and exit status
-2. Options are checked, and output folders probed for writability, before any data is loaded or
-any training starts. The work is the library's: :mod:`isingattn.compare`, :mod:`isingattn.learn`,
-:mod:`isingattn.models` and the run folders of :mod:`isingattn.models.app`; ``reproduce`` loads
-the paper's study from a source checkout (``study/isingattn_study``). Nothing in the library
-imports this module. Scripts share its error handling (:func:`one_line_errors`)::
-
-    with one_line_errors("train_shakespeare.py"):
-        ...  # any expected error ends the script with one line and exit status 2
+Every bad input ends with one line on stderr (``isingattn: error: ...`` or argparse's ``isingattn <verb>:
+error: ...``) that names the option, the value and the fix, and exit status 2; options are checked, and output
+folders probed, before any data is loaded or any training starts. ``reproduce`` loads the paper's study from a
+source checkout (``study/isingattn_study``). Nothing in the library imports this module; scripts share its
+error handling: ``with one_line_errors("my_script.py"): ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -201,24 +197,16 @@ def check_train_args(args) -> None:
 
 
 def cell_from_args(args, task: str):
-    """The :class:`~isingattn.models.app.experiments.Cell` that ``train``'s options describe, every model
-    config built (so its checks run before any data is loaded)."""
+    """The :class:`~isingattn.models.app.experiments.Cell` that ``train``'s options describe (its fields are
+    their destinations), every model config built, so that its checks run before any data is loaded."""
     from isingattn.engine import parse_settings
     from isingattn.models.app.experiments import Cell
 
-    extra = {}
-    if task in ("brackets", "brackets-hard"):
-        extra = dict(types=args.types, depth=args.depth, n_train=args.n_train, n_test=args.n_test)
-    if task == "brackets-hard":
-        extra.update(filler=args.filler, split=args.split, interleaved=args.interleaved)
-    cell = Cell(task, task, args.seq_len, variants=args.variants, seeds=args.seeds, steps=args.steps, ffn=args.ffn,
-                engine=args.engine, engine_kw=tuple(sorted(parse_settings(args.engine_kw, "--engine-kw").items())),
-                batch_size=args.batch_size, lr=args.lr, d_model=args.d_model, heads=args.heads, layers=args.layers,
-                eval_every=args.eval_every, J_param=args.J_param, J_band=args.J_band,
-                weight_decay_on=args.weight_decay_on, rel_bias=args.rel_bias, **extra)
-    vocab = 2 * args.types + 1 if task != "shakespeare" else 1  # the vocabulary does not change what is valid
-    for v in cell.variants:
-        cell.config(v, vocab)
+    fields = {f.name for f in dataclasses.fields(Cell)} - {"part", "engine_kw"}
+    cell = Cell(part=task, engine_kw=tuple(sorted(parse_settings(args.engine_kw, "--engine-kw").items())),
+                **{k: v for k, v in vars(args).items() if k in fields})
+    for v in cell.variants:  # the vocabulary does not change what is valid
+        cell.config(v, 2 * args.types + 1 if task != "shakespeare" else 1)
     cell.train_config()
     return cell
 

@@ -434,12 +434,10 @@ def _add_wall_time(out: str, seconds: float):
 
 
 def write_summary(cell: Cell, results: dict, out: str, seconds: float) -> str:
-    """``summary.md`` and ``summary.csv`` of a finished cell, titled with its recorded training time (earlier
-    runs included; else ``seconds``, this process's); returns the markdown, which says what was this process's."""
-    _, label, scale = METRIC[cell.task]
-    rows = summary_rows(results)
-    total = wall_seconds(out, {(v, s) for v, r in results.items() for s in r})
-    total = seconds if math.isnan(total) else round(total, 1)  # rounded as the report rounds it
+    """``summary.md``, ``summary.csv`` of a finished cell, titled with its logged time (else ``seconds``); returns the md."""
+    (_, label, scale), rows = METRIC[cell.task], summary_rows(results)
+    logged = wall_seconds(out, {(v, s) for v, r in results.items() for s in r})
+    total = seconds if math.isnan(logged) else round(logged, 1)  # rounded as the report rounds it
     title = (f"{cell.task}, T={cell.seq_len}, FFN={'on' if cell.ffn else 'off'}, engine={cell.engine}, "
              f"{cell.steps} steps, {cell.seeds} seeds ({total:.0f} s)\n\n")
     text = title + markdown_table(rows, label, scale=scale)
@@ -448,5 +446,5 @@ def write_summary(cell: Cell, results: dict, out: str, seconds: float) -> str:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
         w.writerows(rows)
-    earlier = f"\n({seconds:.0f} s of it in this run; the rest in earlier runs in {out})\n"
-    return text + (earlier if total - seconds >= 1 else "")
+    return text + (f"\n({seconds:.0f} s of it in this run; the rest in earlier runs in {out})\n"
+                   if total - seconds >= 1 else "")
