@@ -79,11 +79,18 @@ def _checked(convert, ok, what: str):
 
 positive_int_arg = _checked(int, lambda v: v >= 1, "a positive integer")
 nonnegative_int_arg = _checked(int, lambda v: v >= 0, "an integer ≥ 0")
-seed_arg = _checked(int, lambda v: 0 <= v <= 2**63 - 1, f"an integer from 0 to 2^63 - 1 = {2**63 - 1}")
 positive_float_arg = _checked(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 nonnegative_float_arg = _checked(float, lambda v: math.isfinite(v) and v >= 0, "a finite number ≥ 0")
 bracket_length_arg = _checked(int, lambda v: v >= 2 and v % 2 == 0,
                               "an even integer ≥ 2 (a balanced bracket string has even length)")
+
+
+def seed_arg(text: str) -> int:
+    """A random seed: an integer in [0, 2^63 - 1] (what jax.random.PRNGKey takes)."""
+    value = nonnegative_int_arg(text)
+    if value > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2^63 - 1 = {2**63 - 1}; got {text!r}")
+    return value
 
 
 def names_arg(text: str) -> tuple:
@@ -333,7 +340,9 @@ def _compare(args) -> int:
     graph = dict(graph=args.graph, beta=args.beta, couplings=args.couplings, h_scale=args.h_scale, J_scale=args.j_scale)
     try:
         model = model_from_graph(**graph, n=args.n, seed=args.seed)
-    except IsingInputError as e:
+    except IsingInputError as e:  # those about the graph start with it; a BQM's own refusal is passed on as it is
+        if not str(e).startswith(f"{args.graph}: "):
+            raise
         raise fail(f"--graph {e}") from None
     reason, given = "", f"--n {model.n}" if args.graph in GRAPHS else f"--graph {args.graph} (n = {model.n})"
     if args.reference == "auto":  # the exact engine that applies, and why
