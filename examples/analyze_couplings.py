@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 from isingattn import analysis
-from isingattn.models.app.cli_errors import one_line_errors
+from isingattn.cli import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--checkpoint", default=None)

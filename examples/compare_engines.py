@@ -12,7 +12,7 @@ import numpy as np
 from isingattn import IsingModel, inference
 from isingattn.compare import compare, format_table, plot_comparison
 from isingattn.instances import random_model
-from isingattn.models.app.cli_errors import one_line_errors
+from isingattn.cli import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--n", type=int, default=12)

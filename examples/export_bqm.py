@@ -19,7 +19,7 @@ from isingattn import IsingModel, atomic
 from isingattn.inference.dimod import SQASampler
 from isingattn.inference.exact import Exact
 from isingattn.instances import random_model
-from isingattn.models.app.cli_errors import one_line_errors
+from isingattn.cli import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--checkpoint", default=None)

@@ -36,7 +36,7 @@ p.add_argument("--test-size", type=int, default=397, help="held-out images (of 1
 p.add_argument("--seed", type=int, default=0)
 args = p.parse_args()
 from isingattn.errors import IsingInputError  # noqa: E402
-from isingattn.models.app.cli_errors import report  # noqa: E402  (the CLI's one line, exit status 2)
+from isingattn.cli import report  # noqa: E402  (the CLI's one line, exit status 2)
 
 try:
     from sklearn.datasets import load_digits

@@ -27,7 +27,7 @@ from isingattn import IsingModel, atomic, graphs, onsager, thermo  # noqa: E402
 from isingattn.errors import IsingInputError  # noqa: E402
 from isingattn.inference.mcmc import AIS, Gibbs, ParallelTempering, SwendsenWang  # noqa: E402
 from isingattn.inference.meanfield import MeanField  # noqa: E402
-from isingattn.models.app.cli_errors import report  # noqa: E402  (the CLI's one line, exit status 2)
+from isingattn.cli import report  # noqa: E402  (the CLI's one line, exit status 2)
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--sizes", default="16,32,64", help="torus sides L (comma-separated)")

@@ -30,7 +30,7 @@ from isingattn.inference.exact import EXACT_MAX_N, Exact
 
 from isingattn import IsingModel
 from isingattn.instances import random_model
-from isingattn.models.app.cli_errors import one_line_errors
+from isingattn.cli import one_line_errors
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--bqm", default=None, help="a BQM file from isingattn export-bqm (default: a random dense model)")

@@ -12,7 +12,7 @@ import math
 
 from isingattn import inference
 from isingattn.models import shakespeare
-from isingattn.models.app.cli_errors import one_line_errors
+from isingattn.cli import one_line_errors
 from isingattn.models.train import TrainConfig, train
 from isingattn.models.transformer import Config
 

@@ -7,6 +7,7 @@ or a symmetric coupling matrix ``J [n, n]`` (e.g. one head of a trained model).
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Optional
 
 import networkx as nx
@@ -138,3 +139,32 @@ def plot_couplings(x, path: Optional[str] = None, threshold: float = 0.0, index=
     if path:
         atomic.savefig(fig, path, dpi=120)
     return fig
+
+
+def analyze_heads(J, folder: str, threshold: Optional[float] = None, label: str = "") -> tuple[dict, str]:
+    """Analyse a stack of coupling matrices ``J [H, T, T]`` (e.g. every head of one layer of a trained
+    model): for each head ``h``, :func:`summary` at ``threshold`` (without it 5% of that head's max
+    ``|J|``) and :func:`plot_couplings` into ``folder/J-head<h>.png``; the summaries, each with its
+    threshold, go into ``folder/summary.json`` as ``{"head<h>": {...}}``. Returns that dict and a
+    readable description of it (``label``, e.g. ``"variant hJ"``, heads each head's lines)."""
+    import matplotlib.pyplot as plt
+
+    J = np.asarray(J)
+    if J.ndim != 3 or J.shape[1] != J.shape[2]:
+        raise IsingInputError(f"analyze_heads takes couplings J [H, T, T]; got shape {J.shape}.")
+    report, text = {}, []
+    for h in range(J.shape[0]):
+        Jh = J[h]
+        thr = threshold if threshold is not None else 0.05 * float(abs(Jh).max())
+        s = summary(Jh, threshold=thr)
+        report[f"head{h}"] = {"threshold": thr, **s}
+        prof = " ".join(f"{d + 1}:{v:+.3f}" for d, v in enumerate(s["distance_profile"]))
+        text.append(f"head {h} ({label + ', ' if label else ''}T={Jh.shape[0]}, |J| > {thr:.3g}):\n"
+                    f"  mean J by distance  {prof}\n"
+                    f"  ferro {s['ferro']:.2f}  antiferro {s['antiferro']:.2f}  edges {s['edges']}  "
+                    f"frustrated triangles {s['frustrated_triangles']}\n"
+                    f"  communities {s['communities']}\n"
+                    f"  strongest nodes {sorted(s['strength'], key=s['strength'].get, reverse=True)[:5]}")
+        plt.close(plot_couplings(Jh, os.path.join(folder, f"J-head{h}.png"), threshold=thr, title=f"J head {h}"))
+    atomic.write_json(os.path.join(folder, "summary.json"), report, indent=2)
+    return report, "\n".join(text)

@@ -108,6 +108,30 @@ def sweep_orphans(folder: str) -> list[str]:
     return found
 
 
+def check_writable(path: str, what: str = "path", *, is_file: bool = False) -> None:
+    """Refuse, before any work, an output ``path`` that cannot be written: probe its folder (for
+    ``is_file``, the folder it goes in), or the nearest existing ancestor that the folder would be
+    created in, with a temporary file. Raises :class:`~isingattn.IsingInputError` whose message
+    starts with ``what`` (e.g. a command-line option) and the path, and says how to fix it."""
+    from isingattn.errors import IsingInputError
+
+    folder = os.path.dirname(os.path.abspath(path)) if is_file else os.path.abspath(path)
+    if is_file and os.path.isdir(path):
+        raise IsingInputError(f"{what} {path!r} is a folder; give a file path.")
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise IsingInputError(f"{what} {path!r} cannot be created: {probe!r} is a file, not a folder. "
+                              f"Choose another {what}.")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".isingattn-probe-"):
+            pass
+    except OSError as e:
+        raise IsingInputError(f"{what} {path!r} is not writable ({e.strerror} in {probe!r}); choose another {what} "
+                              "or fix the folder's permissions.") from None
+
+
 # ---- a folder of files replaced as one ------------------------------------------------------------
 
 _RENAME_EXCHANGE = 2  # renameat2's flag (Linux ≥ 3.15): swap two paths atomically

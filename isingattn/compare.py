@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import warnings
@@ -340,3 +341,13 @@ def plot_comparison(rows: Sequence[dict], reference_mean, path: Optional[str] = 
     if path:
         atomic.savefig(fig, path, dpi=120)
     return fig
+
+
+def save_comparison(rows: Comparison, folder: str, title: str = "") -> None:
+    """Write a :func:`compare` result into ``folder`` (created if missing), each file atomically:
+    ``compare.md`` (``title``, then the markdown table of :func:`format_table`) and ``compare.png``
+    (:func:`plot_comparison` against the reference's marginals)."""
+    import matplotlib.pyplot as plt
+
+    atomic.write_text(os.path.join(folder, "compare.md"), title + "\n\n" + format_table(rows) + "\n")
+    plt.close(plot_comparison(rows, rows.reference.mean, os.path.join(folder, "compare.png")))

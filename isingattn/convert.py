@@ -200,3 +200,15 @@ def json_safe(x):
     if isinstance(x, np.generic):
         return x.item()
     return x
+
+
+def save_bqm(bqm, path: str) -> None:
+    """Write a dimod ``BinaryQuadraticModel`` to ``path`` in dimod's own serialization
+    (``bqm.to_file()``; read back with ``dimod.BinaryQuadraticModel.from_file(open(path, "rb"))``),
+    atomically (:mod:`isingattn.atomic`)."""
+    import shutil
+
+    from isingattn import atomic
+
+    with bqm.to_file() as src, atomic.writing(path, "wb") as f:
+        shutil.copyfileobj(src, f)

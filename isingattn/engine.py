@@ -289,6 +289,49 @@ def get(name: str, **config) -> Engine:
     return factory(**config)
 
 
+def parse_settings(text: str, what: str = "settings") -> dict:
+    """Engine settings written as text: ``"num_samples=200,schedule=colored"`` ->
+    ``{"num_samples": 200, "schedule": "colored"}``. Comma-separated ``key=value`` pairs; a value
+    is read as JSON where it parses (numbers, ``true``, ``null``, lists), else as a string; an
+    empty text is ``{}``. A malformed pair raises :class:`IsingInputError` whose message starts
+    with ``what`` (e.g. a command-line option)."""
+    out = {}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise IsingInputError(f"{what} expects key=value pairs separated by commas, e.g. "
+                                  f"num_samples=200,num_chains=4; got {item!r}.")
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v.strip()
+    return out
+
+
+def from_text(name: str, text: str = "", what: str = "settings") -> tuple[Engine, dict]:
+    """The engine ``name`` built with the settings ``text`` (:func:`parse_settings`; ``what`` names
+    the text in its message), and those settings as a dict: ``from_text("gibbs", "num_chains=8")``.
+
+    Every setting is checked before the engine is returned, so a bad one surfaces now rather
+    than mid-run: a dimod sampler's own parameters (``sample_kwargs``, which only the sampler
+    can check) by one read of a one-spin model. Raises :class:`IsingInputError` for a malformed
+    text, an unknown name or setting, or settings the engine or its sampler refuses (an engine
+    may raise :class:`IsingTypeError` for a setting of the wrong type)."""
+    settings_ = parse_settings(text, what)
+    engine = get(name, **settings_)
+    sample_kwargs = dict(getattr(engine, "sample_kwargs", ()))
+    if sample_kwargs:
+        import dimod
+
+        try:
+            engine.sampler.sample(dimod.BinaryQuadraticModel({0: 0.0}, {}, 0.0, "SPIN"), num_reads=1,
+                                  **sample_kwargs)
+        except Exception as e:  # any sampler's refusal, which would otherwise surface mid-run
+            raise IsingInputError(f"{type(engine.sampler).__name__} refused these settings "
+                                  f"({type(e).__name__}: {e}).") from None
+    return engine, settings_
+
+
 def to_spec(engine: Engine) -> dict:
     """A JSON description ``{"name": ..., "config": {...}}`` that :func:`from_spec` rebuilds.
 

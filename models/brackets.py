@@ -125,6 +125,15 @@ def shapes(tokens: np.ndarray, num_types: int, interleaved: bool = False) -> np.
 SPLITS = ("string", "shape")
 
 
+def count_strings(T: int, max_depth: int, num_types: int) -> int:
+    """How many distinct bracket strings of length ``T`` with nesting at most ``max_depth`` and
+    ``num_types`` bracket kinds exist: balanced shapes times a kind per bracket pair (0 for odd ``T``)."""
+    ways = [1] + [0] * max_depth  # ways[d]: prefixes ending at depth d
+    for _ in range(T):
+        ways = [(ways[d - 1] if d else 0) + (ways[d + 1] if d < max_depth else 0) for d in range(max_depth + 1)]
+    return ways[0] * num_types ** (T // 2)
+
+
 def make_data(key: jax.Array, T: int, n_train: int = 20000, n_test: int = 2000, max_depth: Optional[int] = None,
               num_types: int = 2, max_test_fraction: float = 0.2, *, filler: float = 0.0,
               split: str = "string", interleaved: bool = False, n_valid: int = 0) -> BracketData:

@@ -167,3 +167,18 @@ def cell_record(settings: dict, out: str) -> dict:
     if not code or code[-1] != now:
         code = [*code, now]
     return {**settings, "code": code}
+
+
+def command_line(argv: list) -> str:
+    """The ``isingattn`` command line ``argv`` (its arguments) as a run folder's commands.txt
+    records it. The corpus path is written as ``$ISINGATTN_DATA``: the file is checked by SHA-256,
+    so its location does not change a result, and a committed results folder must not point
+    outside its repository."""
+    out = []
+    for i, a in enumerate(argv):
+        if i and argv[i - 1] == "--data":
+            a = "$ISINGATTN_DATA"
+        elif a.startswith("--data="):
+            a = "--data=$ISINGATTN_DATA"
+        out.append(a)
+    return " ".join(["isingattn", *out])

@@ -8,12 +8,24 @@ A fitted model (:func:`save_model`, :func:`load_model`) is one ``.npz`` of named
 readable without isingattn: ``h [n]``, ``beta []`` and either ``J [n, n]`` (dense) or
 ``edges [E, 2]`` and ``weights [E]`` (a coupling graph), plus ``meta``, a JSON string.
 Written atomically (:mod:`isingattn.atomic`).
+
+A fit's folder (:func:`save_fit`, what ``isingattn fit --out FOLDER`` writes) holds the set
+``FIT_FILES``: ``model.npz`` (:func:`save_model`), ``model.bqm`` (dimod's
+``BinaryQuadraticModel.to_file``: the SPIN model at β = 1 with ``β·h`` and ``β·J``, since a BQM
+has no temperature) and ``fit.json`` (the fit's ``info`` and the command line). The three are
+one set: they are written into a temporary folder beside FOLDER, which then replaces FOLDER in
+one step (:func:`isingattn.atomic.writing_folder`), so a refit that fails or is killed leaves
+the earlier set whole, and what a killed run left behind is swept on the next. FOLDER therefore
+holds the set only: one with other files in it is refused (:func:`check_fit_folder`). Non-finite
+numbers of ``info`` go into fit.json as the strings ``"inf"``, ``"-inf"`` or ``"nan"`` (strict
+JSON has no such numbers); arrays stay in model.npz.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import warnings
 import zipfile
@@ -23,7 +35,9 @@ import numpy as np
 from isingattn import atomic
 from isingattn.errors import IsingInputError
 
-__all__ = ["read_samples", "save_model", "load_model"]
+__all__ = ["FIT_FILES", "check_fit_folder", "json_info", "load_model", "read_samples", "save_fit", "save_model"]
+
+FIT_FILES = ("model.npz", "model.bqm", "fit.json")
 
 
 def read_samples(path: str) -> np.ndarray:
@@ -105,3 +119,73 @@ def load_model(path: str):
          else SparseCouplings(CouplingGraph(h.shape[-1], a["edges"]), jnp.asarray(a["weights"])))
     meta = json.loads(str(a["meta"])) if "meta" in a else {}
     return IsingModel(h, J, beta=float(a["beta"])), meta
+
+
+def check_fit_folder(folder: str, what: str = "folder") -> None:
+    """Refuse, before a fit runs, a ``folder`` that cannot take a fit's set (``FIT_FILES``):
+    not writable, a file, holding a non-file where one of the set goes, holding other files (the
+    folder is replaced as a whole), or the current folder or one above it. Leftovers of a killed
+    earlier write are swept first. Raises :class:`IsingInputError` whose message starts with
+    ``what`` (e.g. a command-line option) and the folder."""
+    atomic.check_writable(folder, what)
+    path = os.path.abspath(folder)
+    here = os.path.abspath(os.getcwd())
+    if path == here or here.startswith(path.rstrip(os.sep) + os.sep):
+        raise IsingInputError(f"{what} {folder!r} is the current folder or holds it; fit replaces {what} as a whole, "
+                              f"so give it a folder of its own, e.g. {what} fit1.")
+    if not os.path.isdir(path):
+        return
+    atomic.sweep_folder_orphans(path)  # a killed earlier run's leftovers are not "other files"
+    for name in FIT_FILES:
+        p = os.path.join(path, name)
+        if os.path.lexists(p) and not os.path.isfile(p):
+            raise IsingInputError(f"{what} {folder!r}: {name} there is not a file (a folder or another kind of entry); "
+                                  f"remove it or choose another {what}.")
+    other = sorted(set(os.listdir(path)) - set(FIT_FILES))
+    if other:
+        shown = ", ".join(other[:5]) + (" ..." if len(other) > 5 else "")
+        raise IsingInputError(f"{what} {folder!r} holds other entries than a fit's model.npz, model.bqm and fit.json "
+                              f"({shown}); the set is written by replacing the folder as one, so give fit an empty or "
+                              "new folder, or an earlier fit's.")
+
+
+def json_info(info: dict) -> dict:
+    """The plain-JSON entries of a fit's ``info`` (numbers, strings, lists, dicts; arrays left
+    out), with non-finite floats as the strings ``"inf"``, ``"-inf"`` and ``"nan"``."""
+    def plain(v) -> bool:
+        if v is None or isinstance(v, (bool, int, str, float)):
+            return True
+        if isinstance(v, (list, tuple)):
+            return all(plain(x) for x in v)
+        return isinstance(v, dict) and all(isinstance(k, str) and plain(x) for k, x in v.items())
+
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return {k: finite(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+    return {k: finite(v) for k, v in info.items() if plain(v)}
+
+
+def save_fit(folder: str, result, *, method: str, data: str | None = None, command: str | None = None) -> dict:
+    """Write a fit's set (``FIT_FILES``, module docstring) into ``folder``, replacing it as one.
+
+    ``result`` is :func:`isingattn.learn.fit`'s :class:`~isingattn.learn.FitResult`; ``method``
+    and ``data`` (the samples' path) go into model.npz's ``meta``, ``command`` (the command line
+    that ran the fit, if any) into fit.json beside :func:`json_info` of ``result.info``, which is
+    returned. A fit that missed its moments (``converged`` false) is written too, and says so in
+    fit.json. The folder is checked first (:func:`check_fit_folder`)."""
+    from isingattn.convert import save_bqm
+
+    check_fit_folder(folder)
+    info = json_info(result.info)
+    model = result.model
+    bqm = model.to_bqm()
+    bqm.scale(float(model.beta))  # a BQM has no temperature: exp(-E_bqm) = exp(-β E)
+    with atomic.writing_folder(folder) as tmp:  # the three files replace the earlier set together
+        save_model(os.path.join(tmp, "model.npz"), model, {"method": method, "data": data})
+        save_bqm(bqm, os.path.join(tmp, "model.bqm"))
+        atomic.write_json(os.path.join(tmp, "fit.json"), {"command": command, "info": info}, indent=2)
+    return info

@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import glob
 import json
+import math
 import os
 import time
 from typing import Optional
@@ -24,7 +25,7 @@ from isingattn import validate as V
 from isingattn.engine import get
 from isingattn.errors import IsingInputError, RunFolderError
 from isingattn.models import brackets, mqar, shakespeare
-from isingattn.models.app.cells import METRIC  # per task: the metric, its label and its scale
+from isingattn.models.app.cells import METRIC, wall_seconds  # METRIC: per task, the metric, its label and its scale
 from isingattn.models.app.report import markdown_table, summary_rows
 from isingattn.models.saved import config_to_dict
 from isingattn.models.train import compare_variants, TrainConfig
@@ -433,15 +434,17 @@ def _add_wall_time(out: str, seconds: float):
 
 
 def write_summary(cell: Cell, results: dict, out: str, seconds: float) -> str:
-    """``summary.md`` and ``summary.csv`` of one cell; returns the markdown."""
-    _, label, scale = METRIC[cell.task]
-    rows = summary_rows(results)
+    """``summary.md``, ``summary.csv`` of a finished cell, titled with its logged time (else ``seconds``); returns the md."""
+    (_, label, scale), rows = METRIC[cell.task], summary_rows(results)
+    logged = wall_seconds(out, {(v, s) for v, r in results.items() for s in r})
+    total = seconds if math.isnan(logged) else round(logged, 1)  # rounded as the report rounds it
     title = (f"{cell.task}, T={cell.seq_len}, FFN={'on' if cell.ffn else 'off'}, engine={cell.engine}, "
-             f"{cell.steps} steps, {cell.seeds} seeds ({seconds:.0f} s)\n\n")
+             f"{cell.steps} steps, {cell.seeds} seeds ({total:.0f} s)\n\n")
     text = title + markdown_table(rows, label, scale=scale)
     atomic.write_text(os.path.join(out, "summary.md"), text)
     with atomic.writing(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
         w.writerows(rows)
-    return text
+    return text + (f"\n({seconds:.0f} s of it in this run; the rest in earlier runs in {out})\n"
+                   if total - seconds >= 1 else "")

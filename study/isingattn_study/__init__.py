@@ -2,7 +2,7 @@
 and the statement texts that ``isingattn reproduce`` writes to ``results/reproduce/``.
 
 It lives beside the library, not in it: nothing in ``isingattn`` imports it but the command
-line's ``reproduce`` verb (``isingattn.models.app.cli_args.study``), which finds it in a source
+line's ``reproduce`` verb (``isingattn.cli.study``, which calls :mod:`isingattn_study.reproduce`), which finds it in a source
 checkout. The models, tasks, training and run folders it uses are the library's
 (``isingattn.models``).
 """

@@ -7,7 +7,7 @@ import os
 import equinox as eqx
 import numpy as np
 
-from isingattn.models.app.cli import main, run
+from isingattn.cli import main, run
 
 
 def test_train_brackets_end_to_end(tmp_path, capsys):

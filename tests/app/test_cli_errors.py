@@ -1,8 +1,8 @@
 """Every CLI verb, driven through its bad inputs: exit status 2, one line on stderr that
 names the option and the value, no traceback, and nothing trained or written.
 
-The table runs in-process (``isingattn.models.app.cli.run(argv)``, fast); a few rows also run
-through a real ``python -m isingattn.models.app.cli`` to show the console script prints no
+The table runs in-process (``isingattn.cli.run(argv)``, fast); a few rows also run
+through a real ``python -m isingattn.cli`` to show the console script prints no
 traceback end to end. Crafted checkpoints (a real one from a 2-step training, with
 edited metadata) check that untrusted metadata is refused before a model is built.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from isingattn.models import checkpoint
-from isingattn.models.app.cli_args import HelpFormatter
-from isingattn.models.app.cli import build_parser, run
+from isingattn.cli import HelpFormatter
+from isingattn.cli import build_parser, run
 
 OUT = "{out}"  # replaced by a fresh folder per row
 CKPT = "{ckpt}"  # the hJ checkpoint of a real 2-step training
@@ -302,7 +302,7 @@ def test_crafted_seq_len_is_refused_before_a_model_is_built(tmp_path, trained, m
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "isingattn.models.app.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "isingattn.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 

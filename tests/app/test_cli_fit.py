@@ -11,7 +11,7 @@ import pytest
 
 from isingattn.learn import fit
 from isingattn.learn.io import load_model
-from isingattn.models.app.cli import run
+from isingattn.cli import run
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from isingattn.learn.io import load_model
-from isingattn.models.app.cli import run
+from isingattn.cli import run
 
 SET = ["fit.json", "model.bqm", "model.npz"]
 
@@ -151,7 +151,7 @@ def test_ten_kills_at_random_moments_leave_the_old_set_or_the_new_set(folder, tm
     (delays from a seeded numpy Generator): after each, --out holds one whole set, the earlier or
     the new; the next run sweeps what the killed one left."""
     out = tmp_path / "out"
-    cmd = lambda method: [sys.executable, "-m", "isingattn.models.app.cli", "fit", str(folder / "d21.npy"),
+    cmd = lambda method: [sys.executable, "-m", "isingattn.cli", "fit", str(folder / "d21.npy"),
                           "--method", method, "--out", str(out)]
     subprocess.run(cmd("tap"), check=True, capture_output=True)  # a cold start (caches filled)
     start = time.perf_counter()

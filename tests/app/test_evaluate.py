@@ -11,7 +11,7 @@ import pytest
 from isingattn.models import checkpoint
 from isingattn.errors import IsingInputError
 from isingattn.inference import get
-from isingattn.models.app.cli import run
+from isingattn.cli import run
 from isingattn.models.app.evaluate import describe, evaluate_checkpoint
 from isingattn.models.app.experiments import cell_data, grid, select
 from isingattn.models.saved import config_from_dict, load_transformer

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from isingattn.models import checkpoint
-from isingattn.models.app.cli import main
+from isingattn.cli import main
 from isingattn.models.saved import config_to_dict, load_transformer
 from isingattn.models.transformer import Config, Transformer
 

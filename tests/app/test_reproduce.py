@@ -9,7 +9,7 @@ import pytest
 
 from isingattn.errors import IsingInputError
 
-from isingattn.models.app.cli import main
+from isingattn.cli import main
 from isingattn.models.app.experiments import Cell, grid, run_cell, select
 from isingattn_study.grid_report import write_report
 

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from isingattn.models.app.cli import build_parser, main
+from isingattn.cli import build_parser, main
 from isingattn.models.app.experiments import Cell
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "isingattn.models.app.cli"]
+CLI = [sys.executable, "-m", "isingattn.cli"]
 
 
 def _console_script() -> list[str]:

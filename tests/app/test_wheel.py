@@ -84,7 +84,7 @@ def test_the_wheel_runs_the_readme_example_and_the_native_kernel_outside_the_rep
     (wheel,) = dist.glob("isingattn-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"isingattn/py.typed", "isingattn/inference/banded/native.cc",
-            "isingattn/models/app/cli_errors.py"} <= names
+            "isingattn/cli.py"} <= names
     assert not any("isingattn_study" in n or n.startswith("study/") for n in names)
 
     venv = tmp_path / "venv"

@@ -6,7 +6,7 @@ import pytest
 
 from isingattn.inference.exact import EXACT_MAX_N
 from isingattn import IsingModel
-from isingattn.models.app.cli import main
+from isingattn.cli import main
 from isingattn.compare import compare, format_table
 from isingattn.errors import IsingInputError
 from isingattn.inference.dimod import DimodEngine

@@ -6,6 +6,7 @@
 * No import cycles among the package's modules, counting imports inside functions.
 * The library (``isingattn``, ``isingattn.inference``, ``isingattn.models``) never imports the
   application (``isingattn.models.app``), and production code never imports ``isingattn.testing``.
+* Nothing in the package imports the command line (``isingattn.cli``), the one module on top of it all.
 """
 
 import ast
@@ -113,15 +114,30 @@ def test_no_import_cycles_even_inside_functions():
 def test_the_library_never_imports_the_application_or_the_test_helpers():
     graph = _imports(_modules())
     bad = [(m, d) for m, deps in graph.items() for d in deps
-           if not m.startswith("isingattn.models.app") and m != "isingattn.testing"
+           if not m.startswith("isingattn.models.app") and m not in ("isingattn.testing", "isingattn.cli")
            and (d.startswith("isingattn.models.app") or d == "isingattn.testing")]
     assert bad == []
+
+
+def test_nothing_imports_the_command_line():
+    """``isingattn.cli`` (argparse, dispatch, the one-line errors) sits on top: no module of the package
+    or the study imports it, anywhere in its body; only the console script and the examples do."""
+    mods = _modules()
+    assert "isingattn.cli" in mods
+    graph = _imports(mods)
+    assert sorted(m for m, deps in graph.items() if "isingattn.cli" in deps) == []
+    study = [(p.name, n) for p in (ROOT / "study").rglob("*.py") for node in ast.walk(ast.parse(p.read_text()))
+             for n in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+             if n == "isingattn.cli" or (isinstance(node, ast.ImportFrom) and n == "isingattn"
+                                         and any(a.name == "cli" for a in node.names))]
+    assert study == []
 
 
 def test_the_library_never_imports_the_study():
     """``study/isingattn_study`` (the paper's study) is outside the package: no module of
     ``isingattn``, ``inference`` or ``models`` imports it. The command line's ``reproduce`` finds
-    it by path (``cli_args.study``), and ``import isingattn.models.app.cli`` loads none of it."""
+    it by path (``isingattn.cli.study``), and ``import isingattn.cli`` loads none of it."""
     bad = []
     for name, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
@@ -129,7 +145,7 @@ def test_the_library_never_imports_the_study():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             bad += [(name, n) for n in names if n.split(".")[0] == "isingattn_study"]
     assert bad == []
-    code = ("import sys, isingattn.models.app.cli\n"
+    code = ("import sys, isingattn.cli\n"
             "print(sorted(m for m in sys.modules if m.startswith('isingattn_study')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

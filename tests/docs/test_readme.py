@@ -175,7 +175,7 @@ def test_committed_compare_rows_of_deterministic_engines_are_reproduced():
     det = ["exact", "meanfield-naive", "meanfield-tap", "meanfield-bp"]
     opts = {**args, "engines": ",".join(det)}
     opts.pop("out")
-    cmd = [sys.executable, "-m", "isingattn.models.app.cli", "compare"] + [w for k, v in opts.items() for w in (f"--{k}", v)]
+    cmd = [sys.executable, "-m", "isingattn.cli", "compare"] + [w for k, v in opts.items() for w in (f"--{k}", v)]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # as a user runs it
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -46,7 +46,7 @@ def test_errors(tmp_path):
 def test_files_that_are_not_checkpoints_are_refused_clearly(tmp_path, capsys):
     """A bare .npy array (np.load returns an ndarray, not an archive) and a text file get a
     CheckpointError that says what the file is, and the CLI a one-line exit 2."""
-    from isingattn.models.app.cli import run
+    from isingattn.cli import run
 
     npy, text = str(tmp_path / "a.npy"), str(tmp_path / "notes.npz")
     np.save(npy, np.zeros(3))

@@ -114,8 +114,8 @@ def test_rel_bias_is_a_field_bias_for_weight_decay_and_saves_in_the_config():
 
 
 def test_rel_bias_option_reaches_the_model_config():
-    from isingattn.models.app.cli import build_parser
-    from isingattn.models.app.cli_args import cell_from_args
+    from isingattn.cli import build_parser
+    from isingattn.cli import cell_from_args
 
     for argv, want in ((["--rel-bias"], True), ([], False)):
         args = build_parser().parse_args(["train", "brackets-hard", "--seq-len", "8", *argv])

@@ -227,8 +227,8 @@ def test_query_model_reads_the_chosen_layer():
 
 
 def test_layers_option_reaches_the_model_config():
-    from isingattn.models.app.cli import build_parser
-    from isingattn.models.app.cli_args import cell_from_args
+    from isingattn.cli import build_parser
+    from isingattn.cli import cell_from_args
 
     args = build_parser().parse_args(["train", "brackets", "--layers", "2", "--heads", "4", "--d-model", "16"])
     cell = cell_from_args(args, "brackets")
