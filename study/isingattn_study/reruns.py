@@ -101,12 +101,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m isingattn_study.reruns")
     ap.add_argument("--root", default=os.path.join("results", "reproduce"))
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--first", type=int, default=len(RERUNS), help="train only the first N entries of RERUNS")
     a = ap.parse_args(argv)
     if not a.report_only:
         from isingattn.models.app.experiments import run_cell
 
         done = {}
-        for committed, variants in RERUNS:  # a cell named twice accumulates its variants in one folder
+        for committed, variants in RERUNS[:a.first]:  # a cell named twice accumulates its variants in one folder
             done[committed] = done.get(committed, ()) + tuple(variants)
             out = folder(a.root, committed)
             os.makedirs(out, exist_ok=True)
