@@ -31,7 +31,7 @@ class PTSampler(IsingSampler):
     steps of PT, during which the ladder adapts), ``num_replicas`` (16), ``beta_min`` (0.0,
     the hot end), ``seed``, and Ocean's ``initial_states`` (every replica of a read's chain
     starts there), ``initial_states_generator`` and ``interrupt_function``, with
-    SQASampler's semantics (:meth:`~isingattn.inference.dimod.samplers.IsingSampler._reads`:
+    SQASampler's semantics (``IsingSampler._reads``:
     reads in calls of at most ``READS_PER_CALL``, the interrupt asked between calls,
     ``num_sweeps=0`` returns the initial states).
 
@@ -41,8 +41,9 @@ class PTSampler(IsingSampler):
     ``READS_PER_CALL`` chains (each adapts its own ladder) the final ``ladder``, the
     ``swap_rate`` of each adjacent pair, the ``round_trip_rate`` and the stepping-stone
     ``log_z`` with its standard error ``log_z_se`` (of ``exp(-β E_bqm)`` without the
-    offset); with several calls these are lists, one entry per call. Dense problems are padded to a multiple of 16 spins with masked spins (no
-    field, no coupling, not counted in ``log_z``) so that similar sizes share a compilation.
+    offset); with several calls these are lists, one entry per call. Dense problems are
+    padded to a multiple of 16 spins with masked spins (no field, no coupling, not counted
+    in ``log_z``) so that similar sizes share a compilation.
     """
 
     DEFAULTS = _PT_DEFAULTS
@@ -76,7 +77,8 @@ class PTSampler(IsingSampler):
             m = n
 
         def run(key, init, c):
-            out = dataclasses.replace(engine, num_chains=c, init=jnp.asarray(init, model.dtype)).marginals(model, key=key)
+            chains = dataclasses.replace(engine, num_chains=c, init=jnp.asarray(init, model.dtype))
+            out = chains.marginals(model, key=key)
             info = {k: np.asarray(out.info[k]) for k in ("ladder", "swap_rate", "round_trip_rate", "log_z_se")}
             return out.samples, {**info, "log_z": np.asarray(out.log_z)}
 

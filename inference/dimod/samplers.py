@@ -7,7 +7,10 @@ of :mod:`isingattn.inference.mcmc.sqa`), with the dimod contract implemented onc
 overridden per call, unknown keys refused, ``seed`` and ``beta`` validated, the empty
 BQM, BINARY models sampled as their SPIN equivalent and returned as 0/1, and a
 ``dimod.SampleSet`` with ``num_reads`` rows (not aggregated) and the BQM's own energies.
-``sample_ising`` / ``sample_qubo`` come from ``dimod.Sampler``. A subclass supplies its
+``sample_ising`` / ``sample_qubo`` come from ``dimod.Sampler``. Ocean's ``initial_states``,
+``initial_states_generator`` and ``interrupt_function`` (``OCEAN_DEFAULTS``) are handled once,
+by ``IsingSampler._reads`` (reads in calls of at most ``READS_PER_CALL``), for SQASampler,
+PTSampler and SwendsenWangSampler. A subclass supplies its
 ``DEFAULTS``, :meth:`IsingSampler._check` (its own settings) and
 :meth:`IsingSampler._sample` (the algorithm, on the BQM's SPIN view).
 """
@@ -366,7 +369,7 @@ class SQASampler(IsingSampler):
     ran about 10x slower on a CPU); energies are the BQM's own.
 
     Ocean's parameters, as dwave-samplers names them (handled by the base,
-    :meth:`IsingSampler._reads`, as in PTSampler and SwendsenWangSampler):
+    ``IsingSampler._reads``, as in PTSampler and SwendsenWangSampler):
 
     * ``initial_states`` (samples-like, ``dimod.as_samples``: an array with labels, dicts,
       a sample set; values ±1 for a SPIN BQM, 0/1 for a BINARY one): every Trotter slice of
