@@ -22,8 +22,9 @@ per read on Chimera C16; ``--skip-openjij`` leaves it out):
   instance (``E ≤ E_best + 0.01 |E_best|``), ``p`` their fraction, with its 95%
   Clopper–Pearson interval; ``TTT``: time to target, ``(time per read) / p``, and its
   interval from p's (inf when p = 0 or p's lower end is 0);
-* ``TTT PIA / ours``: the speed-up, and its conservative end (PIA's TTT at the top of its p
-  interval over ours at the bottom of ours): "≥ x" holds at 95% on both sides;
+* ``TTT PIA / ours``: the speed-up, ours taken at the better of its two settings (below), and
+  its conservative end (PIA's TTT at the top of its p interval over ours at the bottom of
+  ours): "≥ x" holds at 95% on both sides;
 * ``= time``: ours again, with ``num_sweeps`` scaled so that its warm time per read matches
   ``PathIntegralAnnealingSampler``'s on the ±J instance (``1000 · t_PIA / t_ours`` per
   read, 2 significant digits; the Gaussian instance of the graph reuses it), timed warm:
@@ -165,8 +166,9 @@ def main(argv=None):
 
             for name, r in res.items():
                 ttt[name] = ttt_row(name, f"{r['first']:.2f}", r["warm"], r["E"])
-            ttt_row(f"ours, = time ({sweeps} sweeps)", "", t_eq, E_eq)
-            ours, pia = ttt["ours SQASampler"], ttt["PIA (dwave)"]
+            eq = ttt_row(f"ours, = time ({sweeps} sweeps)", "", t_eq, E_eq)
+            # ours: the better of its two settings (1,000 sweeps, or PIA's time per read)
+            ours, pia = min(ttt["ours SQASampler"], eq, key=lambda t: t[2]), ttt["PIA (dwave)"]
             ratio = pia[0] / ours[0] if np.isfinite(ours[0]) else 0.0
             bound = pia[1] / ours[2] if np.isfinite(ours[2]) else 0.0
             for r in rows[-len(res) - 1:]:
