@@ -6,20 +6,19 @@ energies)."""
 
 from __future__ import annotations
 
-import time
+import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn.inference.dimod.samplers import PAD_TO, IsingSampler, check_beta
+from isingattn.inference.dimod.samplers import OCEAN_DEFAULTS, PAD_TO, IsingSampler, check_beta
 from isingattn.inference.mcmc.pt import ParallelTempering
 from isingattn.model import IsingModel
-from isingattn.validate import float_in, positive_int
+from isingattn.validate import float_in, nonneg_int, positive_int
 
 __all__ = ["PTSampler"]
 
-_PT_DEFAULTS = dict(num_reads=10, beta=1.0, num_sweeps=1000, num_replicas=16, beta_min=0.0)
+_PT_DEFAULTS = dict(num_reads=10, beta=1.0, num_sweeps=1000, num_replicas=16, beta_min=0.0, **OCEAN_DEFAULTS)
 
 
 class PTSampler(IsingSampler):
@@ -30,15 +29,21 @@ class PTSampler(IsingSampler):
     ``beta`` (1.0, in the BQM's energy units: the dimod convention ``E = Σ a_i s_i + Σ b_ij
     s_i s_j + offset``; the offset does not change the distribution), ``num_sweeps`` (1000
     steps of PT, during which the ladder adapts), ``num_replicas`` (16), ``beta_min`` (0.0,
-    the hot end) and ``seed``.
+    the hot end), ``seed``, and Ocean's ``initial_states`` (every replica of a read's chain
+    starts there), ``initial_states_generator`` and ``interrupt_function``, with
+    SQASampler's semantics (``IsingSampler._reads``:
+    reads in calls of at most ``READS_PER_CALL``, the interrupt asked between calls,
+    ``num_sweeps=0`` returns the initial states).
 
     Each read is the final state of its own tempered chain (``num_reads`` independent
     chains, each of ``num_replicas`` replicas), so reads are independent and the whole set
-    is reproducible from the seed. ``info`` reports the settings, the final ``ladder``,
-    the ``swap_rate`` of each adjacent pair, the ``round_trip_rate`` and the stepping-stone
+    is reproducible from the seed. ``info`` reports the settings, and per call of up to
+    ``READS_PER_CALL`` chains (each adapts its own ladder) the final ``ladder``, the
+    ``swap_rate`` of each adjacent pair, the ``round_trip_rate`` and the stepping-stone
     ``log_z`` with its standard error ``log_z_se`` (of ``exp(-β E_bqm)`` without the
-    offset). Dense problems are padded to a multiple of 16 spins with masked spins (no
-    field, no coupling, not counted in ``log_z``) so that similar sizes share a compilation.
+    offset); with several calls these are lists, one entry per call. Dense problems are
+    padded to a multiple of 16 spins with masked spins (no field, no coupling, not counted
+    in ``log_z``) so that similar sizes share a compilation.
     """
 
     DEFAULTS = _PT_DEFAULTS
@@ -46,7 +51,9 @@ class PTSampler(IsingSampler):
     def _check(self, p) -> ParallelTempering:
         own = "PTSampler"
         check_beta(p["beta"])
-        return ParallelTempering(num_warmup=positive_int("num_sweeps", p["num_sweeps"], owner=own), num_samples=1,
+        self._check_ocean(p)
+        num_sweeps = nonneg_int("num_sweeps", p["num_sweeps"], owner=own)  # 0: the initial states, unchanged
+        return ParallelTempering(num_warmup=max(num_sweeps, 1), num_samples=1,
                                  num_chains=positive_int("num_reads", p["num_reads"], owner=own),
                                  num_replicas=positive_int("num_replicas", p["num_replicas"], owner=own),
                                  beta_min=float_in("beta_min", p["beta_min"], 0.0, owner=own), diagnostics=False,
@@ -66,8 +73,15 @@ class PTSampler(IsingSampler):
             m = -(-n // PAD_TO) * PAD_TO
             model = IsingModel(jnp.pad(model.h, (0, m - n)), jnp.pad(model.J, ((0, m - n), (0, m - n))), model.beta,
                                mask=jnp.arange(m) < n)
-        t = time.perf_counter_ns()
-        out = engine.marginals(model, key=jax.random.PRNGKey(seed))
-        info = {k: np.asarray(out.info[k]) for k in ("ladder", "swap_rate", "round_trip_rate", "log_z_se")}
-        info["log_z"] = np.asarray(out.log_z)
-        return np.asarray(out.samples)[:, :n], labels, info, t
+        else:
+            m = n
+
+        def run(key, init, c):
+            chains = dataclasses.replace(engine, num_chains=c, init=jnp.asarray(init, model.dtype))
+            out = chains.marginals(model, key=key)
+            info = {k: np.asarray(out.info[k]) for k in ("ladder", "swap_rate", "round_trip_rate", "log_z_se")}
+            return out.samples, {**info, "log_z": np.asarray(out.log_z)}
+
+        spins, infos, interrupted, t = self._reads(bqm, labels, p, seed, run, width=m)
+        info = {k: infos[0][k] if len(infos) == 1 else [i[k] for i in infos] for k in (infos[0] if infos else ())}
+        return spins, labels, {**info, "interrupted": interrupted}, t

@@ -7,7 +7,10 @@ of :mod:`isingattn.inference.mcmc.sqa`), with the dimod contract implemented onc
 overridden per call, unknown keys refused, ``seed`` and ``beta`` validated, the empty
 BQM, BINARY models sampled as their SPIN equivalent and returned as 0/1, and a
 ``dimod.SampleSet`` with ``num_reads`` rows (not aggregated) and the BQM's own energies.
-``sample_ising`` / ``sample_qubo`` come from ``dimod.Sampler``. A subclass supplies its
+``sample_ising`` / ``sample_qubo`` come from ``dimod.Sampler``. Ocean's ``initial_states``,
+``initial_states_generator`` and ``interrupt_function`` (``OCEAN_DEFAULTS``) are handled once,
+by ``IsingSampler._reads`` (reads in calls of at most ``READS_PER_CALL``), for SQASampler,
+PTSampler and SwendsenWangSampler. A subclass supplies its
 ``DEFAULTS``, :meth:`IsingSampler._check` (its own settings) and
 :meth:`IsingSampler._sample` (the algorithm, on the BQM's SPIN view).
 """
@@ -32,8 +35,8 @@ from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 from isingattn.validate import nonneg_int
 
-__all__ = ["IsingSampler", "SQASampler", "anneal_beta", "anneal_gamma_schedule", "check_beta",
-           "check_seed", "edge_list", "json_safe"]
+__all__ = ["IsingSampler", "OCEAN_DEFAULTS", "READS_PER_CALL", "SQASampler", "anneal_beta", "anneal_gamma_schedule",
+           "check_beta", "check_seed", "edge_list", "initial_states", "json_safe"]
 
 PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 
@@ -67,6 +70,51 @@ def edge_list(J):
     Jn = np.asarray(J, np.float64)
     i, j = np.nonzero(np.triu(Jn, 1))
     return np.stack([i, j], 1), Jn[i, j]
+
+
+# Ocean's sampler parameters, as dwave-samplers names them: every sampler with ``num_sweeps``
+# takes them (IsingSampler._check_ocean, IsingSampler._reads)
+OCEAN_DEFAULTS = dict(initial_states=None, initial_states_generator="random", interrupt_function=None)
+INITIAL_STATES_GENERATORS = ("none", "tile", "random")  # dimod.Initialized's
+READS_PER_CALL = 16  # at most this many reads run in one compiled call; interrupt_function is asked between calls
+
+
+def initial_states(bqm, labels, p) -> Optional[np.ndarray]:
+    """The reads' initial states ``[num_reads, n]`` (float, in the order of ``labels``) in
+    {-1, +1} (a BINARY BQM's 0/1 mapped to its SPIN view), with 0 where a read starts at
+    random; None: every read at random. ``p`` holds ``initial_states`` (samples-like,
+    ``dimod.as_samples``), ``initial_states_generator`` and ``num_reads``."""
+    given, gen, R = p["initial_states"], p["initial_states_generator"], p["num_reads"]
+    if given is None:
+        if gen == "none":
+            raise IsingInputError("initial_states_generator='none' needs initial_states for all num_reads reads; "
+                                  "got none. Pass initial_states, or use 'random'.")
+        return None
+    try:
+        arr, variables = dimod.as_samples(given)
+    except (TypeError, ValueError, KeyError) as err:
+        raise IsingInputError(f"initial_states must be samples-like (dimod.as_samples): an array [reads, "
+                              f"variables], a dict, or (array, labels); got {type(given).__name__} ({err}).") from None
+    if set(variables) != set(labels) or len(variables) != len(labels):
+        raise IsingInputError(f"initial_states must give a value to each of the BQM's {len(labels)} variables and "
+                              f"no other; got {len(variables)} variable(s) (shape {arr.shape}).")
+    arr = np.asarray(arr)[:, _positions(variables, labels)].astype(np.float64)
+    allowed = (-1.0, 1.0) if bqm.vartype is dimod.SPIN else (0.0, 1.0)
+    if not np.all(np.isin(arr, allowed)):
+        bad = arr[~np.isin(arr, allowed)].ravel()[0]
+        raise IsingInputError(f"initial_states of a {bqm.vartype.name} BQM must hold values in "
+                              f"{{{int(allowed[0])}, {int(allowed[1])}}}; got {bad:g}.")
+    if bqm.vartype is dimod.BINARY:
+        arr = 2.0 * arr - 1.0
+    k = arr.shape[0]
+    if k >= R:
+        return arr[:R]
+    if gen == "none" or (gen == "tile" and k == 0):
+        raise IsingInputError(f"initial_states holds {k} state(s) for num_reads={R} and "
+                              f"initial_states_generator={gen!r}; give {R} states, or use 'tile' or 'random'.")
+    if gen == "tile":
+        return arr[np.arange(R) % k]
+    return np.concatenate([arr, np.zeros((R - k, arr.shape[1]))])  # 'random': the rest start at random
 
 
 class IsingSampler(dimod.Sampler):
@@ -125,6 +173,52 @@ class IsingSampler(dimod.Sampler):
         info["timing"]["postprocessing_ns"] = time.perf_counter_ns() - t2
         return out
 
+    # ---- Ocean's parameters, for the samplers that have them -------------------------------
+
+    @staticmethod
+    def _check_ocean(p: dict) -> None:
+        """``initial_states_generator`` and ``interrupt_function`` (``initial_states`` is
+        read against the BQM, in :meth:`_reads`)."""
+        gen = p["initial_states_generator"]
+        if not isinstance(gen, str) or gen not in INITIAL_STATES_GENERATORS:
+            raise IsingInputError(f"initial_states_generator must be one of {INITIAL_STATES_GENERATORS}; got {gen!r}.")
+        if p["interrupt_function"] is not None and not callable(p["interrupt_function"]):
+            raise IsingTypeError("interrupt_function must be None or a callable of no arguments that returns True to "
+                                 f"stop sampling; got {type(p['interrupt_function']).__name__}.")
+
+    @staticmethod
+    def _reads(bqm, labels, p: dict, seed: int, run, *, width: Optional[int] = None):
+        """The reads of a sampler with Ocean's parameters: ``(spins [reads, n], infos, interrupted, t)``.
+
+        ``run(key, init, c)`` makes ``c`` reads from ``init [c, width]`` (±1, or 0 where a
+        read starts at random; ``width ≥ n`` columns, the padding 0) and returns ``(spins
+        [c, ≥ n], info)``. Reads run in calls of at most ``READS_PER_CALL`` (equal sizes:
+        one compilation), call ``k`` with key ``fold_in(key, k)`` (one call: the key itself),
+        so the reads depend on ``seed`` and ``num_reads`` only; ``interrupt_function`` is
+        asked before each call after the first, and when it returns True the reads made so
+        far are returned (``interrupted``). ``num_sweeps=0`` returns the initial states
+        (reads without one: uniformly random, from the key) without calling ``run``. ``t`` is
+        ``time.perf_counter_ns()`` when the set-up ended."""
+        n, R = len(labels), p["num_reads"]
+        init = initial_states(bqm, labels, p)
+        init = np.zeros((R, n)) if init is None else init
+        key, stop = jax.random.PRNGKey(seed), p["interrupt_function"]
+        t = time.perf_counter_ns()
+        if p["num_sweeps"] == 0:
+            return np.where(init != 0, init, np.asarray(jax.random.rademacher(key, init.shape))), [], False, t
+        calls = -(-R // READS_PER_CALL)
+        c = -(-R // calls)
+        width = n if width is None else width
+        init = np.pad(init, ((0, calls * c - R), (0, width - n)))  # padding reads and spins start at random
+        out, infos = [], []
+        for k in range(calls):
+            if k and stop is not None and stop():
+                break
+            spins, info = run(key if calls == 1 else jax.random.fold_in(key, k), init[k * c:(k + 1) * c], c)
+            out.append(np.asarray(spins)[:min(c, R - k * c), :n])
+            infos.append(info)
+        return np.concatenate(out), infos, len(out) < calls, t
+
     # ---- what a subclass supplies -------------------------------------------------------
 
     def _check(self, p: dict) -> Any:
@@ -154,11 +248,8 @@ class IsingSampler(dimod.Sampler):
 # anneal_gamma_schedule).
 # mode="anneal": an Ocean sampler is an optimizer unless told otherwise (dwave-samplers' SA, openjij, a QPU)
 _SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=None, beta=None,
-                     mode="anneal", thermal_sweeps=100, global_moves=True, initial_states=None,
-                     initial_states_generator="random", interrupt_function=None)
-INITIAL_STATES_GENERATORS = ("none", "tile", "random")  # dimod.Initialized's
+                     mode="anneal", thermal_sweeps=100, global_moves=True, **OCEAN_DEFAULTS)
 SAMPLE_DTYPE = jnp.float32  # SQASampler's kernel dtype
-READS_PER_CALL = 16  # at most this many reads run in one compiled call; interrupt_function is asked between calls
 THERMAL_BETA = 1.0
 THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
 
@@ -277,14 +368,15 @@ class SQASampler(IsingSampler):
     kernel runs in float32 whatever ``jax_enable_x64`` (its noise and fields in float64
     ran about 10x slower on a CPU); energies are the BQM's own.
 
-    Ocean's parameters, as dwave-samplers names them:
+    Ocean's parameters, as dwave-samplers names them (handled by the base,
+    ``IsingSampler._reads``, as in PTSampler and SwendsenWangSampler):
 
     * ``initial_states`` (samples-like, ``dimod.as_samples``: an array with labels, dicts,
       a sample set; values ±1 for a SPIN BQM, 0/1 for a BINARY one): every Trotter slice of
       a read starts there. ``initial_states_generator`` (``"random"``, the default: reads
       beyond the given states start at random; ``"tile"``: the given states repeat;
       ``"none"``: fewer states than ``num_reads`` is an error). ``num_sweeps=0`` returns
-      the initial states (anneal mode: the lowest-energy slice, i.e. the state itself).
+      the initial states (a read without one: a uniformly random state).
     * ``interrupt_function``: reads run in calls of at most ``READS_PER_CALL`` reads (equal
       sizes, one compiled program); before each call after the first it is called, and when
       it returns True sampling stops and the reads already made are returned
@@ -305,12 +397,7 @@ class SQASampler(IsingSampler):
         sqa.check_config(num_sweeps=max(num_sweeps, 1), trotter=p["trotter"], gamma_schedule=schedule,
                          mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
         check_beta(p["beta"], optional=True)
-        gen = p["initial_states_generator"]
-        if not isinstance(gen, str) or gen not in INITIAL_STATES_GENERATORS:
-            raise IsingInputError(f"initial_states_generator must be one of {INITIAL_STATES_GENERATORS}; got {gen!r}.")
-        if p["interrupt_function"] is not None and not callable(p["interrupt_function"]):
-            raise IsingTypeError("interrupt_function must be None or a callable of no arguments that returns True to "
-                                 f"stop sampling; got {type(p['interrupt_function']).__name__}.")
+        self._check_ocean(p)
 
     def _properties(self) -> dict:
         return {"modes": sqa.MODES, "gamma_schedules": SQA_SCHEDULES,
@@ -330,46 +417,9 @@ class SQASampler(IsingSampler):
         return {"beta": beta, "mode": p["mode"], "trotter": p["trotter"], "num_sweeps": p["num_sweeps"],
                 "gamma_schedule": schedule, "derived": ()}
 
-    @staticmethod
-    def _initial_states(bqm, labels, p) -> Optional[np.ndarray]:
-        """The reads' initial states ``[num_reads, n]`` (float, in the order of ``labels``)
-        in {-1, +1}, with 0 where a read starts at random; None: every read at random."""
-        given, gen, R = p["initial_states"], p["initial_states_generator"], p["num_reads"]
-        if given is None:
-            if gen == "none":
-                raise IsingInputError("initial_states_generator='none' needs initial_states for all num_reads reads; "
-                                      "got none. Pass initial_states, or use 'random'.")
-            return None
-        try:
-            arr, variables = dimod.as_samples(given)
-        except (TypeError, ValueError, KeyError) as err:
-            raise IsingInputError(f"initial_states must be samples-like (dimod.as_samples): an array [reads, "
-                                  f"variables], a dict, or (array, labels); got {type(given).__name__} ({err}).") from None
-        if set(variables) != set(labels) or len(variables) != len(labels):
-            raise IsingInputError(f"initial_states must give a value to each of the BQM's {len(labels)} variables and "
-                                  f"no other; got {len(variables)} variable(s) (shape {arr.shape}).")
-        arr = np.asarray(arr)[:, _positions(variables, labels)].astype(np.float64)
-        allowed = (-1.0, 1.0) if bqm.vartype is dimod.SPIN else (0.0, 1.0)
-        if not np.all(np.isin(arr, allowed)):
-            bad = arr[~np.isin(arr, allowed)].ravel()[0]
-            raise IsingInputError(f"initial_states of a {bqm.vartype.name} BQM must hold values in "
-                                  f"{{{int(allowed[0])}, {int(allowed[1])}}}; got {bad:g}.")
-        if bqm.vartype is dimod.BINARY:
-            arr = 2.0 * arr - 1.0
-        k = arr.shape[0]
-        if k >= R:
-            return arr[:R]
-        if gen == "none" or (gen == "tile" and k == 0):
-            raise IsingInputError(f"initial_states holds {k} state(s) for num_reads={R} and "
-                                  f"initial_states_generator={gen!r}; give {R} states, or use 'tile' or 'random'.")
-        if gen == "tile":
-            return arr[np.arange(R) % k]
-        return np.concatenate([arr, np.zeros((R - k, arr.shape[1]))])  # 'random': the rest start at random
-
     def _sample(self, bqm, p, plan, seed):
         model = IsingModel.from_bqm(bqm)  # SPIN view: h = -linear, J = -quadratic (DESIGN.md §1)
-        n, P, R = model.n, p["trotter"], p["num_reads"]
-        init = self._initial_states(bqm, model.labels, p)
+        n, P = model.n, p["trotter"]
         beta, schedule = self._given(p)
         derived = ()
         if beta is None:  # anneal mode only
@@ -394,34 +444,20 @@ class SQASampler(IsingSampler):
             classes, m = None, -(-n // PAD_TO) * PAD_TO
             h = jnp.pad(h, (0, m - n))
             J = jnp.pad(J, ((0, m - n), (0, m - n)))
-        # Reads run in calls of c reads each (equal sizes: one compilation), call k with key
-        # fold_in(key, k) (one call: the key itself): the reads depend on the seed and num_reads
-        # only, whether or not an interrupt_function is given; it is asked between calls.
-        calls = -(-R // READS_PER_CALL)
-        c = -(-R // calls)
-        if init is None:
-            init = np.zeros((R, n))
-        init = np.pad(init, ((0, calls * c - R), (0, m - n)))  # padding reads and spins start at random
-        key, stop = jax.random.PRNGKey(seed), p["interrupt_function"]
-        t = time.perf_counter_ns()
-        out, infos = [], []
-        for k in range(calls):
-            if k and stop is not None and stop():
-                break
-            samples, run_info = sqa.sqa_sample(key if calls == 1 else jax.random.fold_in(key, k), h, J,
-                                               jnp.asarray(run_beta, SAMPLE_DTYPE),
-                                               num_reads=c, trotter=P, num_sweeps=int(p["num_sweeps"]),
-                                               gamma_schedule=run_schedule, mode=p["mode"],
-                                               thermal_sweeps=p["thermal_sweeps"],
-                                               global_moves=bool(p["global_moves"]), classes=classes,
-                                               init=jnp.asarray(init[k * c:(k + 1) * c], SAMPLE_DTYPE))
-            out.append(np.asarray(samples)[:min(c, R - k * c), :n])
-            infos.append(run_info)
+        beta_arr = jnp.asarray(run_beta, SAMPLE_DTYPE)
+
+        def run(key, init, c):
+            return sqa.sqa_sample(key, h, J, beta_arr, num_reads=c, trotter=P, num_sweeps=int(p["num_sweeps"]),
+                                  gamma_schedule=run_schedule, mode=p["mode"], thermal_sweeps=p["thermal_sweeps"],
+                                  global_moves=bool(p["global_moves"]), classes=classes,
+                                  init=jnp.asarray(init, SAMPLE_DTYPE))
+
+        spins, infos, interrupted, t = self._reads(bqm, model.labels, p, seed, run, width=m)
         # acceptance rates count the padding spins too; energies come from the BQM itself
-        info = _merge_calls(infos)
-        info.update(beta=beta, gamma_schedule=schedule, derived=derived, interrupted=len(out) < calls,
+        info = _merge_calls(infos) if infos else {}
+        info.update(beta=beta, gamma_schedule=schedule, derived=derived, interrupted=interrupted,
                     sweep="colour classes" if sparse else "systematic")
-        return np.concatenate(out), model.labels, info, t
+        return spins, model.labels, info, t
 
 
 def _positions(variables, labels) -> list:

@@ -6,23 +6,22 @@ energies)."""
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from collections import deque
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from isingattn.errors import IsingInputError
-from isingattn.inference.dimod.samplers import PAD_TO, IsingSampler, check_beta
+from isingattn.inference.dimod.samplers import OCEAN_DEFAULTS, PAD_TO, IsingSampler, check_beta, edge_list
 from isingattn.inference.mcmc.swendsen_wang import SwendsenWang
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
-from isingattn.validate import positive_int
+from isingattn.validate import nonneg_int, positive_int
 
 __all__ = ["SwendsenWangSampler", "ferromagnetic_gauge"]
 
-_SW_DEFAULTS = dict(num_reads=10, beta=1.0, num_sweeps=100)
+_SW_DEFAULTS = dict(num_reads=10, beta=1.0, num_sweeps=100, **OCEAN_DEFAULTS)
 
 
 def ferromagnetic_gauge(n: int, edges: np.ndarray, weights: np.ndarray):
@@ -63,9 +62,13 @@ class SwendsenWangSampler(IsingSampler):
     Parameters (defaults at construction, overridden per call): ``num_reads`` (10),
     ``beta`` (1.0, in the BQM's energy units: the dimod convention ``E = Σ a_i s_i + Σ b_ij
     s_i s_j + offset``, so a ferromagnetic coupling is ``b_ij < 0``; the offset does not
-    change the distribution), ``num_sweeps`` (100 cluster moves per read) and ``seed``.
-    Each read is the final state of its own chain, so reads are independent and the set is
-    reproducible from the seed.
+    change the distribution), ``num_sweeps`` (100 cluster moves per read), ``seed``, and
+    Ocean's ``initial_states`` (a read's chain starts there), ``initial_states_generator``
+    and ``interrupt_function``, with SQASampler's semantics
+    (``IsingSampler._reads``: reads in calls of at
+    most ``READS_PER_CALL``, the interrupt asked between calls, ``num_sweeps=0`` returns the
+    initial states). Each read is the final state of its own chain, so reads are
+    independent and the set is reproducible from the seed.
 
     Couplings: Swendsen–Wang is exact for ferromagnets. A BQM with antiferromagnetic
     couplings (``b_ij > 0``) is accepted only when a change of sign of some spins
@@ -83,7 +86,9 @@ class SwendsenWangSampler(IsingSampler):
     def _check(self, p) -> SwendsenWang:
         own = "SwendsenWangSampler"
         check_beta(p["beta"])
-        return SwendsenWang(num_warmup=positive_int("num_sweeps", p["num_sweeps"], owner=own) - 1, num_samples=1,
+        self._check_ocean(p)
+        num_sweeps = nonneg_int("num_sweeps", p["num_sweeps"], owner=own)  # 0: the initial states, unchanged
+        return SwendsenWang(num_warmup=max(num_sweeps, 1) - 1, num_samples=1,
                             num_chains=positive_int("num_reads", p["num_reads"], owner=own), diagnostics=False,
                             keep_samples=True)
 
@@ -97,12 +102,7 @@ class SwendsenWangSampler(IsingSampler):
         model = IsingModel.from_bqm(bqm, beta=float(p["beta"]))  # SPIN view: h = -linear, J = -quadratic
         n, labels = model.n, model.labels
         J = model.J
-        if isinstance(J, SparseCouplings):
-            edges, w = J.graph.edges, np.asarray(J.weights)
-        else:
-            Jn = np.asarray(J)
-            i, j = np.nonzero(np.triu(Jn, 1))
-            edges, w = np.stack([i, j], 1), Jn[i, j]
+        edges, w = edge_list(J)
         negative = int(np.sum(w < 0))
         tau = np.ones(n, np.int8)
         if negative:
@@ -125,7 +125,12 @@ class SwendsenWangSampler(IsingSampler):
                                mask=jnp.arange(m) < n)
         else:
             model = IsingModel(h, J, model.beta)
-        t = time.perf_counter_ns()
-        out = engine.marginals(model, key=jax.random.PRNGKey(seed))
-        spins = np.asarray(out.samples)[:, :n] * tau
-        return spins, labels, {"gauge_flips": int(np.sum(tau < 0))}, t
+            m = n
+
+        def run(key, init, c):  # the chains start at the gauged initial states
+            init = jnp.asarray(init * np.pad(tau, (0, init.shape[1] - n)), model.dtype)
+            out = dataclasses.replace(engine, num_chains=c, init=init).marginals(model, key=key)
+            return np.asarray(out.samples)[:, :n] * tau, {}
+
+        spins, _, interrupted, t = self._reads(bqm, labels, p, seed, run, width=m)
+        return spins, labels, {"gauge_flips": int(np.sum(tau < 0)), "interrupted": interrupted}, t

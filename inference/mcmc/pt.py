@@ -116,7 +116,7 @@ def _round_lengths(num_warmup: int, rounds: int) -> list:
 
 def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int,
                   num_replicas: int, beta_min: float = 0.0, ladder=None, adapt_rounds: int = 4, thin: int = 1,
-                  classes=None, mesh=None):
+                  classes=None, mesh=None, init=None):
     """Run ``num_chains`` tempered chains of ``num_replicas`` replicas (module docstring).
 
     One loop over every step (warmup and sampling), so the sweep is compiled once; what a
@@ -126,6 +126,8 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         h, J: ``h [*batch, n]``, ``J [*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
         beta: scalar (traced ok); active ``[*batch, n]`` bool or None; shape ``(*batch, n)``;
         ladder: None (adapt) or ``R`` fractions of β, decreasing from 1.
+        init: None (uniformly random spins) or ``[C, *batch, n]``: every replica of a chain
+            starts at its state, ±1, with 0 where a spin is drawn at random.
         mesh: None, or a ``jax.sharding.Mesh`` whose device count divides ``num_chains``:
             every per-chain array of the loop is split along its chains axis over all the
             mesh's axes (:func:`~isingattn.sharding.split_along`), the ladder is
@@ -157,6 +159,8 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
     hot_is_zero = (ladder is None and beta_min == 0) or (ladder is not None and ladder[-1] == 0)
     k_init, k_run, k_unif = jax.random.split(key, 3)
     s = init_spins(k_init, (R,) + lanes + (n,), active, dtype).spins
+    if init is not None:  # inactive spins (0) stay 0
+        s = jnp.where((s != 0) & (init != 0), jnp.asarray(init, dtype), s)
     E = energy(h, J, s)
     last = jnp.full(E.shape, NONE, jnp.int32)
     # The loop carries the spins spin-major, [n, R, C, *batch], the sweep's own layout, so
@@ -298,7 +302,9 @@ class ParallelTempering(ColouredSweep):
     fractions ``β_k / β``, decreasing from 1 to ≥ 0, used as given); ``adapt_rounds``;
     ``schedule``/``colors`` as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`;
     ``diagnostics``, ``rhat_threshold``, ``rao_blackwell`` and ``keep_samples`` as in Gibbs;
-    ``mesh`` (below).
+    ``mesh`` (below); ``init`` (an array, not static: None, uniformly random spins, or the
+    initial spins ``[num_chains, *batch, n]``, ±1 with 0 drawn at random, where every
+    replica of a chain starts; the dimod sampler's ``initial_states``).
 
     ``marginals(model, *, key)`` returns, at the model's β (replica 0):
 
@@ -353,6 +359,7 @@ class ParallelTempering(ColouredSweep):
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
     keep_samples: Optional[bool] = eqx.field(static=True, default=None, converter=V.plain)
     mesh: Optional[Mesh] = eqx.field(static=True, default=None)
+    init: Optional[jax.Array] = None  # data, not config: changing it does not recompile
 
     def __check_init__(self):
         o = "ParallelTempering"
@@ -410,7 +417,8 @@ class ParallelTempering(ColouredSweep):
         out = run_tempering(key, h, J, beta, act, batch + (n,), num_warmup=self.num_warmup,
                             num_samples=self.num_samples, num_chains=C, num_replicas=self.num_replicas,
                             beta_min=float(self.beta_min), ladder=self.ladder, adapt_rounds=self.adapt_rounds,
-                            thin=self.thin, classes=self._sweep_classes(model), mesh=self.mesh)
+                            thin=self.thin, classes=self._sweep_classes(model), mesh=self.mesh,
+                            init=None if self.init is None else sg(self.init))
         last = lambda x, k: jnp.moveaxis(x, tuple(range(k)), tuple(range(-k, 0)))  # leading k axes to the end
         energy_trace = last(out["energy"], 2)  # [D, C, *batch] -> [*batch, D, C]
         energy_trace = jnp.swapaxes(energy_trace, -1, -2)  # [*batch, C, D]

@@ -50,7 +50,8 @@ from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
 
-def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int, thin: int = 1):
+def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int, thin: int = 1,
+               init=None):
     """Run ``num_chains`` Swendsen–Wang chains in one loop over moves.
 
     Same schedule as :func:`isingattn.inference.mcmc.gibbs.run_chains`: ``num_warmup``
@@ -63,6 +64,8 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
 
     Args:
         shape: ``(*batch, n)``, the spin shape of one chain.
+        init: None (uniformly random spins) or ``[C, *batch, n]``: the chains' initial
+            states, ±1, with 0 where a spin is drawn at random.
     Returns:
         words ``[ceil(D/32), C, *batch, n]`` uint32 (the draws packed as
         :func:`~isingattn.diagnostics.pack_spins` packs them), the energies ``[D, C, *batch]``
@@ -80,6 +83,8 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     J = J.astype(dtype) if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
 
     state, k = jax.vmap(lambda kc: chain_init(kc, shape, active, dtype))(chain_keys(key, num_chains))
+    if init is not None:  # inactive spins (0) stay 0
+        state = state._replace(spins=jnp.where((state.spins != 0) & (init != 0), jnp.asarray(init, dtype), state.spins))
     to_t = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # [C, *batch, n] -> [n, *batch, C]
     from_t = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # and back
     s = to_t(state.spins)
@@ -124,7 +129,9 @@ class SwendsenWang(Engine):
     Config (static), as :class:`~isingattn.inference.mcmc.gibbs.Gibbs`: ``num_warmup``
     discarded moves; ``num_samples`` moves after warmup, every ``thin``-th kept;
     ``num_chains``; ``diagnostics`` (R-hat/ESS/MCSE); ``rhat_threshold``; ``rao_blackwell``;
-    ``keep_samples`` (``None``: keep the float samples up to 256 MiB).
+    ``keep_samples`` (``None``: keep the float samples up to 256 MiB); ``init`` (an array,
+    not static: None, uniformly random spins, or the chains' initial states ``[num_chains,
+    *batch, n]``, ±1 with 0 drawn at random; the dimod sampler's ``initial_states``).
 
     ``marginals(model, *, key)`` returns the sample marginals of the draws (``samples
     [*batch, chains * draws, n]``, chain-major), with the mean differentiable through the
@@ -149,6 +156,7 @@ class SwendsenWang(Engine):
     rhat_threshold: float = eqx.field(static=True, default=1.05, converter=V.plain)
     rao_blackwell: bool = eqx.field(static=True, default=False, converter=V.plain)
     keep_samples: Optional[bool] = eqx.field(static=True, default=None, converter=V.plain)
+    init: Optional[jax.Array] = None  # data, not config: changing it does not recompile
 
     def __check_init__(self):
         check_chain_settings(self, "SwendsenWang")
@@ -179,7 +187,8 @@ class SwendsenWang(Engine):
         J = jax.tree_util.tree_map(lax.stop_gradient, model.J)
         words, E, rates, rounds = run_chains(
             key, h, J, beta, model.active(), batch + (n,), num_warmup=self.num_warmup,
-            num_samples=self.num_samples, num_chains=self.num_chains, thin=self.thin)
+            num_samples=self.num_samples, num_chains=self.num_chains, thin=self.thin,
+            init=None if self.init is None else lax.stop_gradient(self.init))
         C, D = self.num_chains, self.num_samples // self.thin
         negative = count_negative(J)
         info = {"flip_rate": jnp.moveaxis(rates, 0, -1), "energy": jnp.moveaxis(E, (0, 1), (-1, -2)),
