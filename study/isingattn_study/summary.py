@@ -115,6 +115,13 @@ def tests(root: str) -> list[Test]:
                        ("tuned/T64-toeplitz8-s10", "T = 64 (toeplitz J), FFN on, seeds 10–14"),
                        ("brackets-hard/T64-noffn-toeplitz8", "T = 64 (toeplitz J), FFN off, seeds 0–4")):
         T.append(paired_test(C, root, g, what, (name, "hJ"), (name, "softmax")))
+    # seeds 0-4 with both variants retrained by the later code, where both were
+    for hj, soft, what in (("pairwise/T16", "rerun/T16", "T = 16, FFN on, seeds 0–4 retrained"),
+                           ("rerun/T64-toeplitz8", "rerun/T64-toeplitz8", "T = 64 (toeplitz J), FFN on, seeds 0–4 retrained"),
+                           ("rerun/T24", "rerun/T24", "T = 24, FFN on, seeds 0–4 retrained"),
+                           ("rerun/T24-noffn", "rerun/T24-noffn", "T = 24, FFN off, seeds 0–4 retrained")):
+        if hj in C and "hJ" in C[hj]["results"] and soft in C and "softmax" in C[soft]["results"]:
+            T.append(paired_test(C, root, g, what, (hj, "hJ"), (soft, "softmax")))
     g = "hJ − (softmax + B), a learned position-pair field B[i, j]"
     for hj, base, what in (("pairwise/T16", "pairwise/T16-pairbias", "T = 16"),
                            ("rerun/T24", "pairwise/T24-pairbias", "T = 24"),
