@@ -105,6 +105,7 @@ class PAResult(NamedTuple):
     num_temps: jax.Array
     reached: jax.Array
     families_eff: jax.Array
+    estimating: jax.Array
 
 
 def _move_swendsen_wang(key, s, h, J, b):
@@ -137,7 +138,8 @@ def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_popula
         ``[E]``; beta a scalar; active ``[n]`` bool or None; moves ``"gibbs"`` or
         ``"swendsen-wang"`` (``J ≥ 0``; not checked here); fractions: a fixed ladder
         ``β_k / β`` ``[K]``, increasing, the last 1 (None: adaptive, at most
-        ``max_temps`` steps); classes: the Gibbs sweep's colour classes.
+        ``max_temps`` steps, chosen from the pilot population 0 and shared by all);
+        classes: the Gibbs sweep's colour classes.
     Returns:
         :class:`PAResult`.
     """
@@ -172,8 +174,12 @@ def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_popula
         E = energy(h, J, s)  # [P, R]
         remaining = jnp.maximum(beta - b, 0)
         if fractions is None:
-            d = jax.vmap(adaptive_step, in_axes=(0, 0, None))(E, remaining, target_ess)
-            b_new = jnp.where(d >= remaining, beta, b + d)  # the last step lands on β exactly
+            # one ladder for all populations, from the pilot's energies only: a step chosen
+            # from a population's own weights biases its log Ẑ low (Z is unbiased only for a
+            # ladder the weights did not choose), the pilot's log Ẑ is left out of the estimate
+            d = adaptive_step(E[0], remaining[0], target_ess)
+            b_new = jnp.broadcast_to(jnp.where(d >= remaining[0], beta, b[0] + d), b.shape)  # lands on β exactly
+            d = b_new - b
         else:
             b_new = jnp.broadcast_to(beta * fractions[k], b.shape)
             d = b_new - b
@@ -200,7 +206,8 @@ def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_popula
     _, s, fam, b, log_z, ladder, ess_hist, steps = lax.while_loop(cond, step, carry)
     counts = jax.vmap(lambda f: jnp.zeros((R,), dtype).at[f].add(1))(fam)  # n_f
     families_eff = R * R / jnp.sum(counts * counts, axis=-1)  # R / ρ_t, ρ_t = R Σ_f (n_f/R)²
-    return PAResult(s, log_z, ladder, ess_hist, steps, b >= beta, families_eff)
+    estimating = jnp.ones((P,), bool) if fractions is not None else jnp.arange(P) > 0
+    return PAResult(s, log_z, ladder, ess_hist, steps, b >= beta, families_eff, estimating)
 
 
 def _batched(model: IsingModel, J):
@@ -295,8 +302,10 @@ class PopulationAnnealing(ColouredSweep):
         if self.num_replicas < 2:
             raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got "
                                   f"{self.num_replicas}.")
-        if self.num_populations < 2:
-            raise IsingInputError(f"{o} needs num_populations ≥ 2 for a standard error; got {self.num_populations}.")
+        least = 2 if self.fractions is not None else 3  # an adaptive ladder's pilot does not count
+        if self.num_populations < least:
+            raise IsingInputError(f"{o} needs num_populations ≥ {least} for a standard error (with an adaptive "
+                                  f"ladder population 0 is the pilot that chooses it); got {self.num_populations}.")
         if self.target_se is not None:
             V.positive_float("target_se", self.target_se, owner=o)
             if self.max_populations < self.num_populations:
@@ -367,8 +376,9 @@ class PopulationAnnealing(ColouredSweep):
             return self._assemble(model, self._run(model, key))
         runs = [_compiled_run(self, model, key)]
         while self.num_populations * len(runs) < self.max_populations:
-            log_z = jnp.concatenate([r.log_z for r in runs], axis=1)
-            if bool(jnp.all(_se(log_z) <= self.target_se)):
+            log_z, fam, est = (jnp.concatenate(x, axis=1) for x in
+                               zip(*((r.log_z, r.families_eff, r.estimating) for r in runs)))
+            if bool(jnp.all(combine(log_z, fam, est)[1] <= self.target_se)):
                 break
             runs.append(_compiled_run(self, model, jax.random.fold_in(key, len(runs))))
         return self._assemble(model, PAResult(*(jnp.concatenate(parts, axis=1) for parts in zip(*runs))))
@@ -381,13 +391,14 @@ class PopulationAnnealing(ColouredSweep):
         n_active = (jnp.full(batch, n, dtype) if act is None
                     else jnp.broadcast_to(act, batch + (n,)).sum(-1).astype(dtype))
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
-        log_z = jax.nn.logsumexp(log_zp, axis=-1) - jnp.log(P).astype(dtype)
-        se = _se(log_zp)
         b = lambda x: x.reshape(batch + x.shape[1:])
+        est = b(res.estimating)
+        log_z, se, se_spread, se_fam = combine(log_zp, b(res.families_eff), est)
         fam = jnp.min(b(res.families_eff), axis=-1)
         reached = jnp.all(b(res.reached), axis=-1)
         converged = reached & (fam >= self.min_families) & jnp.isfinite(se)
-        info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_populations": log_zp,
+        info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_se_spread": se_spread,
+                "log_z_se_families": se_fam, "log_z_populations": log_zp, "log_z_estimating": est,
                 "num_temps": jnp.max(b(res.num_temps), axis=-1), "ladder": b(res.ladder), "ess": b(res.ess),
                 "families_eff": fam, "reached_beta": reached,
                 "moves_per_temp": jnp.full(batch, self.moves_per_temp, jnp.int32),
@@ -428,10 +439,18 @@ class PopulationAnnealing(ColouredSweep):
         return f"{o}: {bad} of {total} models are not converged: " + "; ".join(why) + "."
 
 
-def _se(log_zp):
-    """``sd_p(log Ẑ_p) / sqrt(P)`` over the last axis."""
-    P = log_zp.shape[-1]
-    return jnp.std(log_zp, axis=-1, ddof=1) / jnp.sqrt(jnp.asarray(P, log_zp.dtype))
+def combine(log_zp, families_eff, estimating):
+    """``(log Z, SE, SE from the spread, SE from the families)`` of populations' estimates
+    ``log_zp [..., P]``, their ``families_eff [..., P]`` and the ``estimating [..., P]`` mask
+    (``Q`` of them): ``log Z = log mean_q Ẑ_q``, and the SE is the larger of
+    ``sd_q(log Ẑ_q) / sqrt(Q)`` and ``sqrt(Σ_q ρ_t,q / R) / Q`` (``ρ_t / R = 1 / families_eff``;
+    Wang, Machta & Katzgraber 2015: ``Var log Ẑ ≈ ρ_f / R ≤ ρ_t / R``)."""
+    dtype = log_zp.dtype
+    Q = jnp.sum(estimating, axis=-1).astype(dtype)
+    log_z = jax.nn.logsumexp(jnp.where(estimating, log_zp, -jnp.inf), axis=-1) - jnp.log(Q)
+    spread = jnp.std(log_zp, axis=-1, ddof=1, where=estimating) / jnp.sqrt(Q)
+    fam = jnp.sqrt(jnp.sum(jnp.where(estimating, 1 / families_eff.astype(dtype), 0), axis=-1)) / Q
+    return log_z, jnp.maximum(spread, fam), spread, fam
 
 
 @eqx.filter_jit
