@@ -378,7 +378,7 @@ class PopulationAnnealing(ColouredSweep):
         while self.num_populations * len(runs) < self.max_populations:
             log_z, fam, est = (jnp.concatenate(x, axis=1) for x in
                                zip(*((r.log_z, r.families_eff, r.estimating) for r in runs)))
-            if bool(jnp.all(combine(log_z, fam, est)[1] <= self.target_se)):
+            if bool(jnp.all(combine(log_z, fam, est, self.num_replicas)[1] <= self.target_se)):
                 break
             runs.append(_compiled_run(self, model, jax.random.fold_in(key, len(runs))))
         return self._assemble(model, PAResult(*(jnp.concatenate(parts, axis=1) for parts in zip(*runs))))
@@ -393,7 +393,7 @@ class PopulationAnnealing(ColouredSweep):
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
         b = lambda x: x.reshape(batch + x.shape[1:])
         est = b(res.estimating)
-        log_z, se, se_spread, se_fam = combine(log_zp, b(res.families_eff), est)
+        log_z, se, se_spread, se_fam = combine(log_zp, b(res.families_eff), est, self.num_replicas)
         fam = jnp.min(b(res.families_eff), axis=-1)
         reached = jnp.all(b(res.reached), axis=-1)
         converged = reached & (fam >= self.min_families) & jnp.isfinite(se)
@@ -439,17 +439,19 @@ class PopulationAnnealing(ColouredSweep):
         return f"{o}: {bad} of {total} models are not converged: " + "; ".join(why) + "."
 
 
-def combine(log_zp, families_eff, estimating):
+def combine(log_zp, families_eff, estimating, num_replicas: int):
     """``(log Z, SE, SE from the spread, SE from the families)`` of populations' estimates
     ``log_zp [..., P]``, their ``families_eff [..., P]`` and the ``estimating [..., P]`` mask
     (``Q`` of them): ``log Z = log mean_q Ẑ_q``, and the SE is the larger of
-    ``sd_q(log Ẑ_q) / sqrt(Q)`` and ``sqrt(Σ_q ρ_t,q / R) / Q`` (``ρ_t / R = 1 / families_eff``;
-    Wang, Machta & Katzgraber 2015: ``Var log Ẑ ≈ ρ_f / R ≤ ρ_t / R``)."""
+    ``sd_q(log Ẑ_q) / sqrt(Q)`` and ``sqrt(Σ_q (ρ_t,q - 1) / R) / Q``, the family (ancestry)
+    variance of each population's estimate (Chan & Lai 2013; ``ρ_t / R = 1 / families_eff``,
+    Wang, Machta & Katzgraber 2015)."""
     dtype = log_zp.dtype
     Q = jnp.sum(estimating, axis=-1).astype(dtype)
     log_z = jax.nn.logsumexp(jnp.where(estimating, log_zp, -jnp.inf), axis=-1) - jnp.log(Q)
     spread = jnp.std(log_zp, axis=-1, ddof=1, where=estimating) / jnp.sqrt(Q)
-    fam = jnp.sqrt(jnp.sum(jnp.where(estimating, 1 / families_eff.astype(dtype), 0), axis=-1)) / Q
+    var = jnp.maximum(1 / families_eff.astype(dtype) - 1 / num_replicas, 0)  # (ρ_t - 1) / R
+    fam = jnp.sqrt(jnp.sum(jnp.where(estimating, var, 0), axis=-1)) / Q
     return log_z, jnp.maximum(spread, fam), spread, fam
 
 
