@@ -6,10 +6,10 @@ active spins is exact and ``log Z_0 = n_active · log 2``, and is annealed to th
 Each step, from ``β_k`` with energies ``E_r``:
 
 1. ``β_{k+1}`` is chosen by bisection so that the weights ``w_r = exp(-(β_{k+1} - β_k) E_r)``
-   keep an effective sample size ``(Σw)² / (R Σw²)`` equal to ``target_ess`` (0.9), or
-   taken from a fixed ladder (``fractions``);
+   of the pilot population (below) keep an effective sample size ``(Σw)² / (R Σw²)`` equal
+   to ``target_ess`` (0.9), or taken from a fixed ladder (``fractions``);
 2. ``log Z += log mean_r w_r`` (Del Moral, Doucet & Jasra 2006: the product of these means
-   is an unbiased estimate of ``Z/Z_0``);
+   is an unbiased estimate of ``Z/Z_0`` for a ladder that the weights did not choose);
 3. the population is resampled in proportion to ``w``: ``"systematic"`` (one uniform ``u``,
    the ``(u + i)/R`` quantiles; the default), ``"residual"`` (``floor(R w_r)`` copies, the
    rest multinomial) or ``"multinomial"``; every scheme gives each replica ``R w_r``
@@ -18,28 +18,38 @@ Each step, from ``β_k`` with energies ``E_r``:
    (:mod:`~isingattn.inference.mcmc.swendsen_wang_kernel`, exact for ``J ≥ 0``, the default
    there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``).
 
-All of it runs in one ``lax.while_loop`` on the device, each population with its own
-ladder (static shapes: at most ``max_temps`` steps; the ladder is kept in a fixed-size
-array). Several independent populations (``num_populations``, one batch axis of the
-same loop) give the standard error without a model of the correlations inside a
-population: with ``log Ẑ_p`` the estimate of population ``p``,
+All of it runs in one ``lax.while_loop`` on the device (static shapes: at most
+``max_temps`` steps; the ladder is kept in a fixed-size array). ``num_populations``
+independent populations are one batch axis of that loop, and share one ladder.
 
-* ``log Z = log mean_p exp(log Ẑ_p)``: ``Z`` itself is unbiased, so averaging ``Ẑ_p``
-  leaves less bias than averaging ``log Ẑ_p``;
-* ``info["log_z_se"] = sd_p(log Ẑ_p) / sqrt(P)``.
+The pilot: an adaptive step chosen from a population's own weights biases that
+population's ``log Ẑ`` low (the step is short exactly where the sampled energies spread
+wide; on an 8×8 torus at K_c with R = 128 the mean of ``Ẑ`` over 256 populations was
+``e^-0.041 ± 0.010`` of Kaufman's ``Z``). So population 0, the pilot, chooses the ladder
+and its ``log Ẑ`` is left out; the other ``Q = num_populations - 1`` populations are
+unbiased for ``Z`` given that ladder (the same test: ``e^-0.003 ± 0.011``). The pilot's
+replicas still count in the marginals. With a fixed ladder there is no pilot (``Q = P``).
 
-That SE has ``P - 1`` degrees of freedom, and it measures the spread of the populations,
-not population annealing's own bias (a finite population lags behind equilibrium; the
-bias is low and falls with ``num_replicas`` and ``moves_per_temp``). With the defaults the
-error on a 16×16 torus at K_c reaches several SE (benchmarks/README.md): ask for more
-replicas, or more populations, where an honest SE matters more than time.
+The estimate and its standard error, from ``log Ẑ_q`` of the ``Q`` populations:
+
+* ``log Z = log mean_q exp(log Ẑ_q)`` (averaging ``Ẑ``, which is unbiased, leaves a bias
+  of only about ``-Var(log Ẑ_q) / 2Q``);
+* ``info["log_z_se"]`` is the larger of two estimates: the spread,
+  ``sd_q(log Ẑ_q) / sqrt(Q)`` (``info["log_z_se_spread"]``, ``Q - 1`` degrees of freedom:
+  alone it makes ``|z| > 2`` common), and the family variance
+  ``sqrt(Σ_q (ρ_t,q - 1) / R) / Q`` (``info["log_z_se_families"]``; Chan & Lai 2013; with
+  ``ρ_t`` of Wang, Machta & Katzgraber 2015, below), which comes from each population's
+  ancestry and is not noisy the way a spread over a few populations is. Measured over 20
+  keys (benchmarks/README.md, "Population annealing: free energies"), it is calibrated
+  on a glassy strip and conservative on the critical torus (about 1.8× the spread of the
+  errors).
 
 Family statistics: every replica descends from one replica at β = 0 (its family); with
 ``n_f`` the descendants of family ``f``, ``ρ_t = R Σ_f (n_f / R)²`` and
 ``info["families_eff"] = R / ρ_t``, the equilibration population size of Wang, Machta &
 Katzgraber: roughly how many independent replicas the final population holds. Few
-families means the moves did not decorrelate the population, and the estimate (and its
-spread over populations) is biased low; ``converged`` asks for ``min_families``.
+families means the moves did not decorrelate the population: the marginals are then
+biased and the family variance itself unreliable; ``converged`` asks for ``min_families``.
 
 ``target_se`` adds batches of populations (a host loop over compiled batches) until the
 standard error is reached or ``max_populations`` have run; ``info["target_se_reached"]``
@@ -241,7 +251,8 @@ class PopulationAnnealing(ColouredSweep):
     Config (static):
 
     * ``num_replicas`` (``R``, 1024): replicas per population;
-    * ``num_populations`` (``P``, 4, at least 2): independent populations, for the SE;
+    * ``num_populations`` (``P``, 4): independent populations, for the SE; with the adaptive
+      ladder at least 3 (population 0 is the pilot), with ``fractions`` at least 2;
     * ``moves``: ``"auto"`` (Swendsen–Wang when every coupling of the concrete model is
       ``≥ 0``, else Gibbs; Gibbs for traced couplings), ``"swendsen-wang"`` (a negative
       coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2);
@@ -260,12 +271,15 @@ class PopulationAnnealing(ColouredSweep):
     ``marginals(model, *, key)`` returns:
 
     * ``log_z [*batch]`` with ``info["log_z_kind"] == "estimate"``, ``info["log_z_se"]``
-      ``[*batch]`` and ``info["log_z_populations"] [*batch, P]``;
+      ``[*batch]`` (the larger of ``info["log_z_se_spread"]`` and
+      ``info["log_z_se_families"]``), ``info["log_z_populations"] [*batch, P]`` and
+      ``info["log_z_estimating"] [*batch, P]`` (False for the pilot);
     * ``mean [*batch, n]`` and ``corr`` (dense couplings): the final populations' moments;
     * ``samples [*batch, P·R, n]``: the final populations, population-major;
     * ``info["num_temps"] [*batch]`` (the most steps any population took),
-      ``info["ladder"] [*batch, P, T + 1]`` and ``info["ess"] [*batch, P, T]`` (``T``:
-      ``max_temps`` or the fixed ladder's length; NaN after a population's last step),
+      ``info["ladder"] [*batch, P, T + 1]`` (the same ladder in every row) and
+      ``info["ess"] [*batch, P, T]`` (each population's ESS fraction at each step; ``T``:
+      ``max_temps`` or the fixed ladder's length; NaN after the last step),
       ``info["families_eff"] [*batch]`` (the smallest over the populations),
       ``info["moves_per_temp"]``, ``info["num_populations"]``, ``info["reached_beta"]``;
     * ``info["converged"] [*batch]``: every population reached β, ``families_eff ≥
