@@ -33,7 +33,7 @@ grows with the work dissipated by annealing too fast: raise ``num_temps`` when
 ``weight_ess`` is small against ``num_chains`` or ``log_z_se`` is large.
 
 For log Z by default use population annealing (``"pa"``,
-:class:`~isingattn.inference.mcmc.pa.PopulationAnnealing`): its ladder adapts to the
+:class:`~isingattn.inference.mcmc.PopulationAnnealing`): its ladder adapts to the
 model, resampling keeps the weights even, and its SE is calibrated over seeds, where
 AIS's fixed ladder must be sized by hand (the default 512 temperatures leave the error
 several SE on 32×32 and 64×64 tori at and above K_c, with a weight ESS near 1). Given

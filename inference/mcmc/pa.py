@@ -392,7 +392,7 @@ class PopulationAnnealing(ColouredSweep):
         while self.num_populations * len(runs) < self.max_populations:
             log_z, fam, est = (jnp.concatenate(x, axis=1) for x in
                                zip(*((r.log_z, r.families_eff, r.estimating) for r in runs)))
-            if bool(jnp.all(combine(log_z, fam, est, self.num_replicas)[1] <= self.target_se)):
+            if bool(jnp.all(_combine(log_z, fam, est, self.num_replicas)[1] <= self.target_se)):
                 break
             runs.append(_compiled_run(self, model, jax.random.fold_in(key, len(runs))))
         return self._assemble(model, PAResult(*(jnp.concatenate(parts, axis=1) for parts in zip(*runs))))
@@ -407,7 +407,7 @@ class PopulationAnnealing(ColouredSweep):
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
         b = lambda x: x.reshape(batch + x.shape[1:])
         est = b(res.estimating)
-        log_z, se, se_spread, se_fam = combine(log_zp, b(res.families_eff), est, self.num_replicas)
+        log_z, se, se_spread, se_fam = _combine(log_zp, b(res.families_eff), est, self.num_replicas)
         fam = jnp.min(b(res.families_eff), axis=-1)
         reached = jnp.all(b(res.reached), axis=-1)
         converged = reached & (fam >= self.min_families) & jnp.isfinite(se)
@@ -453,7 +453,7 @@ class PopulationAnnealing(ColouredSweep):
         return f"{o}: {bad} of {total} models are not converged: " + "; ".join(why) + "."
 
 
-def combine(log_zp, families_eff, estimating, num_replicas: int):
+def _combine(log_zp, families_eff, estimating, num_replicas: int):
     """``(log Z, SE, SE from the spread, SE from the families)`` of populations' estimates
     ``log_zp [..., P]``, their ``families_eff [..., P]`` and the ``estimating [..., P]`` mask
     (``Q`` of them): ``log Z = log mean_q Ẑ_q``, and the SE is the larger of
