@@ -63,6 +63,7 @@ resampling and its moves), differentiable through the fluctuation–dissipation 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar, NamedTuple, Optional
 
 import equinox as eqx
@@ -92,6 +93,7 @@ from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
 MOVES = ("auto", "swendsen-wang", "gibbs")
+MOVE_BLOCK = 256  # replicas per Swendsen–Wang block
 # ---------------------------------------------------------------------------------
 # The annealing loop
 # ---------------------------------------------------------------------------------
@@ -119,15 +121,24 @@ class PAResult(NamedTuple):
 
 
 def _move_swendsen_wang(key, s, h, J, b):
-    """One Swendsen–Wang move of spins ``[P, R, n]``, population ``p`` at ``b[p]``."""
+    """One Swendsen–Wang move of spins ``[P, R, n]``, population ``p`` at ``b[p]``, in blocks
+    of ``MOVE_BLOCK`` replicas one after another: a block's state stays in cache, where the
+    whole population's does not (16×16 torus: about 30% less CPU than one block of P·R)."""
     P, R, n = s.shape
+    c = math.gcd(R, MOVE_BLOCK)
+    k = R // c
     W = num_words(n, J)
-    y0, y1 = prng.random_bits(key, -(-(W * P * R) // 2))
-    bits = jnp.concatenate([y0, y1])[: W * P * R].reshape(W, P, R)
-    probs = jax.vmap(lambda bb: bond_probabilities(h, J, bb, s.dtype, 0))(b)  # each [P, ...]
-    probs = tuple(jnp.moveaxis(x, 0, -1)[..., None] for x in probs)  # [..., P, 1]: the kernel's node-major layout
-    new_t, _, _ = sweep_with_bits(bits, jnp.moveaxis(s, -1, 0), probs, J)
-    return jnp.moveaxis(new_t, 0, -1)
+
+    def block(args):
+        key, sb, bb = args  # [c, n], scalar
+        y0, y1 = prng.random_bits(key, -(-(W * c) // 2))
+        bits = jnp.concatenate([y0, y1])[: W * c].reshape(W, c)
+        probs = tuple(x[..., None] for x in bond_probabilities(h, J, bb, s.dtype, 0))  # the chain axis
+        new_t, _, _ = sweep_with_bits(bits, sb.T, probs, J)  # node-major [n, c]
+        return new_t.T
+
+    out = lax.map(block, (jax.random.split(key, P * k), s.reshape(P * k, c, n), jnp.repeat(b, k)))
+    return out.reshape(P, R, n)
 
 
 def _move_gibbs(key, s, h, J, b, classes):
