@@ -272,7 +272,7 @@ class PopulationAnnealing(ColouredSweep):
       1) in place of the adaptive one;
     * ``resampling``: ``"systematic"``, ``"residual"`` or ``"multinomial"``;
     * ``min_families`` (20): the least ``families_eff`` of a converged run (a heuristic: the
-      32×32 torus at K = 0.6 keeps about 29 of R = 1024 with the defaults, and is accurate);
+      32×32 torus at K = 0.6 keeps about 36 of R = 1024 with the defaults, and is accurate);
     * ``target_se`` (None): add batches of ``num_populations`` populations until
       ``log_z_se ≤ target_se`` or ``max_populations`` (64) have run; the run then leaves
       ``jax.jit`` for a host loop between compiled batches (under a caller's ``jax.jit``
