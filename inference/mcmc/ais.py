@@ -38,8 +38,8 @@ model, resampling keeps the weights even, and its SE is calibrated over seeds, w
 AIS's fixed ladder must be sized by hand (the default 512 temperatures leave the error
 several SE on 32×32 and 64×64 tori at and above K_c, with a weight ESS near 1). Given
 the same number of sweeps as a population-annealing run, AIS with Swendsen–Wang moves
-was about as accurate on ferromagnetic tori (benchmarks/README.md, "Population
-annealing: free energies").
+was about as accurate on 16×16 tori, and on 32×32 at K_c its SE understated its error
+(benchmarks/README.md, "Population annealing: free energies").
 """
 
 from __future__ import annotations
