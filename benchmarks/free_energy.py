@@ -11,7 +11,7 @@ Cases (``--cases``):
 
 Estimators (``--estimators``):
 
-* ``pa``: ``get("pa")`` with its defaults (or ``--replicas``/``--populations``); its budget in
+* ``pa``: ``get("pa")`` with its defaults (or ``--replicas``/``--populations``/``--moves-per-temp``); its budget in
   replica-sweeps is ``populations · replicas · num_temps · moves_per_temp`` (the pilot included);
 * ``ais``: ``AIS`` with ``--ais-chains`` chains and ``num_temps`` set so that
   ``chains · num_temps`` is PA's budget of the same key (one sweep per temperature),
@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--replicas", type=int, default=None)
     ap.add_argument("--populations", type=int, default=None)
+    ap.add_argument("--moves-per-temp", type=int, default=None)
     ap.add_argument("--ais-chains", type=int, default=256)
     args = ap.parse_args()
     if "ais" in args.estimators and "pa" not in args.estimators:
@@ -108,7 +109,8 @@ def main():
     print(f"log Z: population annealing vs AIS at equal sweeps; jax {jax.__version__}, {jax.default_backend()}, "
           f"os.cpu_count() = {os.cpu_count()}, {platform.machine()}, 1-min load average {os.getloadavg()[0]:.2f}",
           flush=True)
-    pa_cfg = {k: v for k, v in (("num_replicas", args.replicas), ("num_populations", args.populations)) if v}
+    pa_cfg = {k: v for k, v in (("num_replicas", args.replicas), ("num_populations", args.populations),
+                                ("moves_per_temp", args.moves_per_temp)) if v}
     pa = get("pa", **pa_cfg)
     hdr = ["case", "estimator", "seed", "sweeps", "error", "SE", "z", "max |Δm|", "wall s", "cpu s", "converged",
            "notes"]
