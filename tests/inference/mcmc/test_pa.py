@@ -177,7 +177,8 @@ def test_target_se_adds_populations_until_reached_or_the_maximum():
 
 def test_bad_settings_are_refused():
     PopulationAnnealing(num_populations=2, fractions=(0.5, 1.0))  # a fixed ladder needs no pilot
-    for bad in [dict(num_populations=1), dict(num_populations=2), dict(num_replicas=1), dict(target_ess=1.0), dict(target_ess=0.0),
+    for bad in [dict(num_populations=1), dict(num_populations=2), dict(num_replicas=1), dict(target_ess=1.0),
+                dict(target_ess=0.0),
                 dict(resampling="stratified"), dict(moves="metropolis"), dict(fractions=(0.5, 0.4, 1.0)),
                 dict(fractions=(0.5, 0.9)), dict(fractions=(0.0, 1.0)), dict(target_se=-1.0),
                 dict(target_se=0.1, max_populations=2), dict(max_temps=0), dict(moves_per_temp=0)]:
