@@ -1,23 +1,33 @@
-"""log Z of periodic L×L ferromagnets by population annealing against AIS, at equal sweep
-budgets, in one run (the anchor side by side).
+"""log Z by population annealing against AIS (and PT) at equal sweep budgets, against exact
+references, in one run; with ``--seeds`` over many keys, the calibration of the reported SE.
 
-For each case ``L:K`` (``--cases``) and each key of ``--seeds``:
+Cases (``--cases``):
 
-* ``get("pa")`` with its defaults (or ``--replicas``/``--populations``); its budget in
-  replica-moves is ``populations · replicas · num_temps · moves_per_temp`` (the ladder
-  it chose);
-* ``AIS(transition="swendsen-wang")`` with ``--ais-chains`` chains and ``num_temps`` set so
-  that ``chains · num_temps`` is the same number of moves (one move per temperature);
+* ``torus:L:K``: the periodic L×L ferromagnet at coupling K, against Kaufman's exact log Z
+  (:func:`isingattn.onsager.torus_log_z`, float64);
+* ``strip:ROWS:COLS:BETA[:HSCALE]``: an open ±J strip with fields ``h ~ N(0, HSCALE²)`` (0.3;
+  0 for none), the model of tests/inference/mcmc/test_pt.py, against its exact transfer matrix
+  (log Z and the marginals, float64).
 
-and the error against Kaufman's exact log Z (:func:`isingattn.onsager.torus_log_z`), the
-reported SE, ``|error| / SE``, wall and CPU time (user + system of this process: on a
-loaded machine the wall time overstates the work). The summary gives, per case and
-estimator, the mean SE, the RMS error, mean z² and the ratio of PA's SE to AIS's (the
-issue's target: at most 1/3).
+Estimators (``--estimators``):
 
-Run:  python benchmarks/free_energy.py --cases 16:0.4406868 16:0.6 --seeds 0 1 2
-      python benchmarks/free_energy.py --cases 32:0.4406868 32:0.6 --seeds 0
-      python benchmarks/free_energy.py --cases 16:0.4406868 --seeds $(seq 0 19) --no-ais   (calibration)
+* ``pa``: ``get("pa")`` with its defaults (or ``--replicas``/``--populations``/``--moves-per-temp``); its budget in
+  replica-sweeps is ``populations · replicas · num_temps · moves_per_temp`` (the pilot included);
+* ``ais``: ``AIS`` with ``--ais-chains`` chains and ``num_temps`` set so that
+  ``chains · num_temps`` is PA's budget of the same key (one sweep per temperature),
+  Swendsen–Wang moves on the tori, Gibbs on the strips (as PA's ``moves="auto"``);
+* ``pt``: ``get("pt")`` with its defaults (its own budget; stepping-stone log Z).
+
+Per run: the error against the exact value, the reported SE, ``z = error / SE``, wall and CPU
+time (user + system of this process, compile included). The summary gives per case and
+estimator the mean SE, RMS error, the share of ``|z| ≤ 2`` and mean ``z²`` (the calibration
+targets: ≥ 0.9 and ≤ 1.5), and the ratio of PA's mean SE to this estimator's (the target
+against AIS: ≤ 1/3). blackjax's ``adaptive_tempered_smc`` is not run: blackjax is not a
+dependency.
+
+Run:  python benchmarks/free_energy.py --cases torus:32:0.4406868 torus:32:0.6 --estimators pa
+      python benchmarks/free_energy.py --cases torus:16:0.4406868 torus:16:0.6 --seeds 0 1 2
+      python benchmarks/free_energy.py --cases torus:16:0.4406868 --seeds $(seq 0 19) --estimators pa
 """
 
 from __future__ import annotations
@@ -28,20 +38,44 @@ import platform
 import resource
 import sys
 import time
+import warnings
 
 import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _table import table_lines  # noqa: E402
+from pt import _reference  # noqa: E402  benchmarks/pt.py: the strip and its transfer matrix from the test file
 
 
-def torus(L, K, dtype=np.float32):
-    from isingattn import IsingModel, graphs
+def torus(L, K):
+    """(model, exact log Z, exact means or None, moves for AIS)."""
+    from isingattn import IsingModel, graphs, onsager
 
     g = graphs.lattice([L, L], periodic=True)
-    return IsingModel(np.zeros(g.n, dtype), graphs.random_couplings(jax.random.key(0), g, "ferro", 1.0, dtype=dtype),
-                      beta=K)
+    J = graphs.random_couplings(jax.random.key(0), g, "ferro", 1.0, dtype=np.float32)
+    with jax.enable_x64():
+        ref = float(onsager.torus_log_z(L, L, np.float64(K)))
+    return IsingModel(np.zeros(g.n, np.float32), J, beta=K), ref, None, "swendsen-wang"
+
+
+def strip(rows, cols, beta, h_scale=0.3):
+    from isingattn import IsingModel
+    from isingattn.sparse import from_dense
+
+    strip_model, transfer_exact = _reference()
+    h, J = strip_model(rows, cols, 0, h_scale=h_scale)
+    mean, _, log_z = transfer_exact(h, J, beta, rows, cols)
+    return IsingModel(h.astype(np.float32), from_dense(J.astype(np.float32)), beta=beta), float(log_z), mean, "gibbs"
+
+
+def case_model(spec):
+    kind, *a = spec.split(":")
+    if kind == "torus":
+        return torus(int(a[0]), float(a[1]))
+    if kind == "strip":
+        return strip(int(a[0]), int(a[1]), float(a[2]), *(float(x) for x in a[3:]))
+    raise SystemExit(f"free_energy.py: a case is torus:L:K or strip:ROWS:COLS:BETA[:HSCALE]; got {spec!r}")
 
 
 def cpu_seconds():
@@ -51,86 +85,82 @@ def cpu_seconds():
 
 def run(engine, model, key):
     """(Marginals, wall s, cpu s) of one call, the first call's compile included."""
-    import warnings
-
     t, c = time.perf_counter(), cpu_seconds()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the converged column says it
         out = jax.block_until_ready(engine.marginals(model, key=key))
-    return out, time.perf_counter() - t, cpu_seconds() - c, [str(w.message)[:60] for w in caught]
+    return out, time.perf_counter() - t, cpu_seconds() - c
 
 
 def main():
-    from isingattn import onsager
     from isingattn.inference import AIS, get
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="+", default=["32:0.4406868", "32:0.6"])
+    ap.add_argument("--cases", nargs="+", default=["torus:32:0.4406868", "torus:32:0.6"])
+    ap.add_argument("--estimators", nargs="+", default=["pa", "ais"], choices=["pa", "ais", "pt"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--replicas", type=int, default=None)
     ap.add_argument("--populations", type=int, default=None)
+    ap.add_argument("--moves-per-temp", type=int, default=None)
     ap.add_argument("--ais-chains", type=int, default=256)
-    ap.add_argument("--no-ais", action="store_true", help="population annealing only (a calibration over seeds)")
     args = ap.parse_args()
-    print(f"log Z on L×L tori: population annealing vs AIS at equal moves; jax {jax.__version__}, "
-          f"{jax.default_backend()}, os.cpu_count() = {os.cpu_count()}, {platform.machine()}, "
-          f"1-min load average {os.getloadavg()[0]:.2f}", flush=True)
-    pa_cfg = {k: v for k, v in (("num_replicas", args.replicas), ("num_populations", args.populations)) if v}
+    if "ais" in args.estimators and "pa" not in args.estimators:
+        raise SystemExit("free_energy.py: ais runs at PA's budget; list pa too")
+    print(f"log Z: population annealing vs AIS at equal sweeps; jax {jax.__version__}, {jax.default_backend()}, "
+          f"os.cpu_count() = {os.cpu_count()}, {platform.machine()}, 1-min load average {os.getloadavg()[0]:.2f}",
+          flush=True)
+    pa_cfg = {k: v for k, v in (("num_replicas", args.replicas), ("num_populations", args.populations),
+                                ("moves_per_temp", args.moves_per_temp)) if v}
     pa = get("pa", **pa_cfg)
+    hdr = ["case", "estimator", "seed", "sweeps", "error", "SE", "z", "max |Δm|", "wall s", "cpu s", "converged",
+           "notes"]
     rows, summary = [], {}
-    for case in args.cases:
-        L, K = case.split(":")
-        L, K = int(L), float(K)
-        model = torus(L, K)
-        ref = float(onsager.torus_log_z(L, L, K))
+    for spec in args.cases:
+        model, ref, ref_mean, moves = case_model(spec)
         for seed in args.seeds:
             key = jax.random.key(seed)
-            out, wall, cpu, warn = run(pa, model, key)
-            P = int(out.info["num_populations"])
-            temps = np.asarray(out.info["ladder"])  # [P, T + 1]
-            steps = int(np.sum(np.isfinite(temps[:, 1:])))  # all populations' steps
-            moves = steps * pa.num_replicas * pa.moves_per_temp
-            res = [("pa", out, wall, cpu, warn, moves)]
-            if args.no_ais:
-                for name, o, w, c, wn, mv in res:
-                    err, se = float(o.log_z) - ref, float(o.info["log_z_se"])
-                    rows.append([f"{L}x{L}", f"{K:.4f}", name, str(seed), f"{mv:.3g}", f"{err:+.4f}", f"{se:.4f}",
-                                 f"{abs(err) / se:.2f}", f"{w:.1f}", f"{c:.1f}",
-                                 str(bool(np.all(o.info["converged"]))),
-                                 f"temps {int(o.info['num_temps'])}, families {float(o.info['families_eff']):.0f}"])
-                    summary.setdefault((L, K, name), []).append((err, se, w, c))
-                    print("  ".join(rows[-1]), flush=True)
-                continue
-            ais = AIS(num_chains=args.ais_chains, num_temps=max(1, round(moves / args.ais_chains)),
-                      transition="swendsen-wang")
-            o2, w2, c2, warn2 = run(ais, model, key)
-            res.append(("ais-sw", o2, w2, c2, warn2, ais.num_chains * ais.num_temps))
-            for name, o, w, c, wn, mv in res:
-                err = float(o.log_z) - ref
-                se = float(o.info["log_z_se"])
-                extra = (f"temps {int(o.info['num_temps'])}, families {float(o.info['families_eff']):.0f}, P {P}"
-                         if name == "pa" else f"temps {ais.num_temps}, weight ESS {float(o.info['weight_ess']):.1f}")
-                rows.append([f"{L}x{L}", f"{K:.4f}", name, str(seed), f"{mv:.3g}", f"{err:+.4f}", f"{se:.4f}",
-                             f"{abs(err) / se:.2f}", f"{w:.1f}", f"{c:.1f}", str(bool(np.all(o.info["converged"]))),
-                             extra])
-                summary.setdefault((L, K, name), []).append((err, se, w, c))
+            budget = None
+            for name in args.estimators:
+                if name == "pa":
+                    out, wall, cpu = run(pa, model, key)
+                    P = int(out.info["num_populations"])
+                    budget = P * pa.num_replicas * int(out.info["num_temps"]) * pa.moves_per_temp
+                    sweeps, notes = budget, (f"temps {int(out.info['num_temps'])}, families "
+                                             f"{float(out.info['families_eff']):.0f}, P {P}, SE spread "
+                                             f"{float(out.info['log_z_se_spread']):.3f} families "
+                                             f"{float(out.info['log_z_se_families']):.3f}")
+                elif name == "ais":
+                    eng = AIS(num_chains=args.ais_chains, num_temps=max(1, round(budget / args.ais_chains)),
+                              transition=moves)
+                    out, wall, cpu = run(eng, model, key)
+                    sweeps = eng.num_chains * eng.num_temps
+                    notes = f"temps {eng.num_temps}, weight ESS {float(out.info['weight_ess']):.1f}"
+                else:
+                    eng = get("pt")
+                    out, wall, cpu = run(eng, model, key)
+                    sweeps, notes = None, f"round trips/step {float(np.min(out.info['round_trip_rate'])):.2g}"
+                err, se = float(out.log_z) - ref, float(out.info["log_z_se"])
+                dm = "" if ref_mean is None else f"{np.max(np.abs(np.asarray(out.mean) - ref_mean)):.3f}"
+                rows.append([spec, name, str(seed), "" if sweeps is None else f"{sweeps:.3g}", f"{err:+.4f}",
+                             f"{se:.4f}", f"{err / se:+.2f}", dm, f"{wall:.1f}", f"{cpu:.1f}",
+                             str(bool(np.all(out.info["converged"]))), notes])
+                summary.setdefault((spec, name), []).append((err, se, wall, cpu))
                 print("  ".join(rows[-1]), flush=True)
     print()
-    hdr = ["case", "K", "estimator", "seed", "moves", "error", "SE", "|err|/SE", "wall s", "cpu s", "converged",
-           "notes"]
     print("\n".join(table_lines(hdr, rows, left=3, group_col=0)))
     print()
     srows = []
-    for (L, K, name), v in summary.items():
+    for (spec, name), v in summary.items():
         v = np.array(v)
-        pa_se = np.mean(np.array(summary[(L, K, "pa")])[:, 1])
-        srows.append([f"{L}x{L}", f"{K:.4f}", name, str(len(v)), f"{np.mean(v[:, 1]):.4f}",
-                      f"{np.sqrt(np.mean(v[:, 0] ** 2)):.4f}", f"{np.mean((v[:, 0] / v[:, 1]) ** 2):.2f}",
-                      f"{np.mean(np.abs(v[:, 0] / v[:, 1]) <= 2):.2f}",
-                      f"{pa_se / np.mean(v[:, 1]):.3f}", f"{np.median(v[:, 2]):.1f}", f"{np.median(v[:, 3]):.1f}"])
-    print("\n".join(table_lines(["case", "K", "estimator", "runs", "mean SE", "RMS error", "mean z²",
-                                 "share |z| ≤ 2", "PA SE / this SE", "wall s (median)", "cpu s (median)"], srows,
-                                left=3, group_col=0)))
+        z = v[:, 0] / v[:, 1]
+        ratio = (f"{np.mean(np.array(summary[(spec, 'pa')])[:, 1]) / np.mean(v[:, 1]):.3f}"
+                 if (spec, "pa") in summary else "")
+        srows.append([spec, name, str(len(v)), f"{np.mean(v[:, 1]):.4f}", f"{np.sqrt(np.mean(v[:, 0] ** 2)):.4f}",
+                      f"{np.mean(v[:, 0]):+.4f}", f"{np.mean(np.abs(z) <= 2):.2f}", f"{np.mean(z ** 2):.2f}", ratio,
+                      f"{np.median(v[:, 2]):.1f}", f"{np.median(v[:, 3]):.1f}"])
+    print("\n".join(table_lines(["case", "estimator", "runs", "mean SE", "RMS error", "mean error", "|z| ≤ 2",
+                                 "mean z²", "PA SE / SE", "wall s (median)", "cpu s (median)"], srows, left=2,
+                                group_col=0)))
     print(f"(load average at end {os.getloadavg()[0]:.2f})")
 
 

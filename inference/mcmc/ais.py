@@ -31,6 +31,15 @@ Swendsen–Wang (a move costs a cluster labelling, several ``O(E)`` rounds) the 
 computed exactly once per temperature. The variance of the weights
 grows with the work dissipated by annealing too fast: raise ``num_temps`` when
 ``weight_ess`` is small against ``num_chains`` or ``log_z_se`` is large.
+
+For log Z by default use population annealing (``"pa"``,
+:class:`~isingattn.inference.mcmc.PopulationAnnealing`): its ladder adapts to the
+model, resampling keeps the weights even, and its SE is calibrated over seeds, where
+AIS's fixed ladder must be sized by hand (the default 512 temperatures leave the error
+several SE on 32×32 and 64×64 tori at and above K_c, with a weight ESS near 1). Given
+the same number of sweeps as a population-annealing run, AIS with Swendsen–Wang moves
+was about as accurate on 16×16 tori, and on 32×32 at K_c its SE understated its error
+(benchmarks/README.md, "Population annealing: free energies").
 """
 
 from __future__ import annotations

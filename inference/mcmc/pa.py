@@ -6,10 +6,10 @@ active spins is exact and ``log Z_0 = n_active · log 2``, and is annealed to th
 Each step, from ``β_k`` with energies ``E_r``:
 
 1. ``β_{k+1}`` is chosen by bisection so that the weights ``w_r = exp(-(β_{k+1} - β_k) E_r)``
-   keep an effective sample size ``(Σw)² / (R Σw²)`` equal to ``target_ess`` (0.9), or
-   taken from a fixed ladder (``fractions``);
+   of the pilot population (below) keep an effective sample size ``(Σw)² / (R Σw²)`` equal
+   to ``target_ess`` (0.9), or taken from a fixed ladder (``fractions``);
 2. ``log Z += log mean_r w_r`` (Del Moral, Doucet & Jasra 2006: the product of these means
-   is an unbiased estimate of ``Z/Z_0``);
+   is an unbiased estimate of ``Z/Z_0`` for a ladder that the weights did not choose);
 3. the population is resampled in proportion to ``w``: ``"systematic"`` (one uniform ``u``,
    the ``(u + i)/R`` quantiles; the default), ``"residual"`` (``floor(R w_r)`` copies, the
    rest multinomial) or ``"multinomial"``; every scheme gives each replica ``R w_r``
@@ -18,28 +18,38 @@ Each step, from ``β_k`` with energies ``E_r``:
    (:mod:`~isingattn.inference.mcmc.swendsen_wang_kernel`, exact for ``J ≥ 0``, the default
    there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``).
 
-All of it runs in one ``lax.while_loop`` on the device, each population with its own
-ladder (static shapes: at most ``max_temps`` steps; the ladder is kept in a fixed-size
-array). Several independent populations (``num_populations``, one batch axis of the
-same loop) give the standard error without a model of the correlations inside a
-population: with ``log Ẑ_p`` the estimate of population ``p``,
+All of it runs in one ``lax.while_loop`` on the device (static shapes: at most
+``max_temps`` steps; the ladder is kept in a fixed-size array). ``num_populations``
+independent populations are one batch axis of that loop, and share one ladder.
 
-* ``log Z = log mean_p exp(log Ẑ_p)``: ``Z`` itself is unbiased, so averaging ``Ẑ_p``
-  leaves less bias than averaging ``log Ẑ_p``;
-* ``info["log_z_se"] = sd_p(log Ẑ_p) / sqrt(P)``.
+The pilot: an adaptive step chosen from a population's own weights biases that
+population's ``log Ẑ`` low (the step is short exactly where the sampled energies spread
+wide; on an 8×8 torus at K_c with R = 128 the mean of ``Ẑ`` over 256 populations was
+``e^-0.041 ± 0.010`` of Kaufman's ``Z``). So population 0, the pilot, chooses the ladder
+and its ``log Ẑ`` is left out; the other ``Q = num_populations - 1`` populations are
+unbiased for ``Z`` given that ladder (the same test: ``e^-0.003 ± 0.011``). The pilot's
+replicas still count in the marginals. With a fixed ladder there is no pilot (``Q = P``).
 
-That SE has ``P - 1`` degrees of freedom, and it measures the spread of the populations,
-not population annealing's own bias (a finite population lags behind equilibrium; the
-bias is low and falls with ``num_replicas`` and ``moves_per_temp``). With the defaults the
-error on a 16×16 torus at K_c reaches several SE (benchmarks/README.md): ask for more
-replicas, or more populations, where an honest SE matters more than time.
+The estimate and its standard error, from ``log Ẑ_q`` of the ``Q`` populations:
+
+* ``log Z = log mean_q exp(log Ẑ_q)`` (averaging ``Ẑ``, which is unbiased, leaves a bias
+  of only about ``-Var(log Ẑ_q) / 2Q``);
+* ``info["log_z_se"]`` is the larger of two estimates: the spread,
+  ``sd_q(log Ẑ_q) / sqrt(Q)`` (``info["log_z_se_spread"]``, ``Q - 1`` degrees of freedom:
+  alone it makes ``|z| > 2`` common), and the family variance
+  ``sqrt(Σ_q (ρ_t,q - 1) / R) / Q`` (``info["log_z_se_families"]``; Chan & Lai 2013; with
+  ``ρ_t`` of Wang, Machta & Katzgraber 2015, below), which comes from each population's
+  ancestry and is not noisy the way a spread over a few populations is. Measured over 20
+  keys (benchmarks/README.md, "Population annealing: free energies"), it is calibrated
+  on a glassy strip and conservative on the critical torus (about 1.8× the spread of the
+  errors).
 
 Family statistics: every replica descends from one replica at β = 0 (its family); with
 ``n_f`` the descendants of family ``f``, ``ρ_t = R Σ_f (n_f / R)²`` and
 ``info["families_eff"] = R / ρ_t``, the equilibration population size of Wang, Machta &
 Katzgraber: roughly how many independent replicas the final population holds. Few
-families means the moves did not decorrelate the population, and the estimate (and its
-spread over populations) is biased low; ``converged`` asks for ``min_families``.
+families means the moves did not decorrelate the population: the marginals are then
+biased and the family variance itself unreliable; ``converged`` asks for ``min_families``.
 
 ``target_se`` adds batches of populations (a host loop over compiled batches) until the
 standard error is reached or ``max_populations`` have run; ``info["target_se_reached"]``
@@ -53,6 +63,7 @@ resampling and its moves), differentiable through the fluctuation–dissipation 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar, NamedTuple, Optional
 
 import equinox as eqx
@@ -82,6 +93,7 @@ from isingattn.model import IsingModel, is_traced
 from isingattn.sparse import SparseCouplings
 
 MOVES = ("auto", "swendsen-wang", "gibbs")
+MOVE_BLOCK = 256  # replicas per Swendsen–Wang block
 # ---------------------------------------------------------------------------------
 # The annealing loop
 # ---------------------------------------------------------------------------------
@@ -105,18 +117,28 @@ class PAResult(NamedTuple):
     num_temps: jax.Array
     reached: jax.Array
     families_eff: jax.Array
+    estimating: jax.Array
 
 
 def _move_swendsen_wang(key, s, h, J, b):
-    """One Swendsen–Wang move of spins ``[P, R, n]``, population ``p`` at ``b[p]``."""
+    """One Swendsen–Wang move of spins ``[P, R, n]``, population ``p`` at ``b[p]``, in blocks
+    of ``MOVE_BLOCK`` replicas one after another: a block's state stays in cache, where the
+    whole population's does not (16×16 torus: about 30% less CPU than one block of P·R)."""
     P, R, n = s.shape
+    c = math.gcd(R, MOVE_BLOCK)
+    k = R // c
     W = num_words(n, J)
-    y0, y1 = prng.random_bits(key, -(-(W * P * R) // 2))
-    bits = jnp.concatenate([y0, y1])[: W * P * R].reshape(W, P, R)
-    probs = jax.vmap(lambda bb: bond_probabilities(h, J, bb, s.dtype, 0))(b)  # each [P, ...]
-    probs = tuple(jnp.moveaxis(x, 0, -1)[..., None] for x in probs)  # [..., P, 1]: the kernel's node-major layout
-    new_t, _, _ = sweep_with_bits(bits, jnp.moveaxis(s, -1, 0), probs, J)
-    return jnp.moveaxis(new_t, 0, -1)
+
+    def block(args):
+        key, sb, bb = args  # [c, n], scalar
+        y0, y1 = prng.random_bits(key, -(-(W * c) // 2))
+        bits = jnp.concatenate([y0, y1])[: W * c].reshape(W, c)
+        probs = tuple(x[..., None] for x in bond_probabilities(h, J, bb, s.dtype, 0))  # the chain axis
+        new_t, _, _ = sweep_with_bits(bits, sb.T, probs, J)  # node-major [n, c]
+        return new_t.T
+
+    out = lax.map(block, (jax.random.split(key, P * k), s.reshape(P * k, c, n), jnp.repeat(b, k)))
+    return out.reshape(P, R, n)
 
 
 def _move_gibbs(key, s, h, J, b, classes):
@@ -137,7 +159,8 @@ def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_popula
         ``[E]``; beta a scalar; active ``[n]`` bool or None; moves ``"gibbs"`` or
         ``"swendsen-wang"`` (``J ≥ 0``; not checked here); fractions: a fixed ladder
         ``β_k / β`` ``[K]``, increasing, the last 1 (None: adaptive, at most
-        ``max_temps`` steps); classes: the Gibbs sweep's colour classes.
+        ``max_temps`` steps, chosen from the pilot population 0 and shared by all);
+        classes: the Gibbs sweep's colour classes.
     Returns:
         :class:`PAResult`.
     """
@@ -172,8 +195,12 @@ def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_popula
         E = energy(h, J, s)  # [P, R]
         remaining = jnp.maximum(beta - b, 0)
         if fractions is None:
-            d = jax.vmap(adaptive_step, in_axes=(0, 0, None))(E, remaining, target_ess)
-            b_new = jnp.where(d >= remaining, beta, b + d)  # the last step lands on β exactly
+            # one ladder for all populations, from the pilot's energies only: a step chosen
+            # from a population's own weights biases its log Ẑ low (Z is unbiased only for a
+            # ladder the weights did not choose), the pilot's log Ẑ is left out of the estimate
+            d = adaptive_step(E[0], remaining[0], target_ess)
+            b_new = jnp.broadcast_to(jnp.where(d >= remaining[0], beta, b[0] + d), b.shape)  # lands on β exactly
+            d = b_new - b
         else:
             b_new = jnp.broadcast_to(beta * fractions[k], b.shape)
             d = b_new - b
@@ -200,7 +227,8 @@ def anneal_populations(key, h, J, beta, active, *, num_replicas: int, num_popula
     _, s, fam, b, log_z, ladder, ess_hist, steps = lax.while_loop(cond, step, carry)
     counts = jax.vmap(lambda f: jnp.zeros((R,), dtype).at[f].add(1))(fam)  # n_f
     families_eff = R * R / jnp.sum(counts * counts, axis=-1)  # R / ρ_t, ρ_t = R Σ_f (n_f/R)²
-    return PAResult(s, log_z, ladder, ess_hist, steps, b >= beta, families_eff)
+    estimating = jnp.ones((P,), bool) if fractions is not None else jnp.arange(P) > 0
+    return PAResult(s, log_z, ladder, ess_hist, steps, b >= beta, families_eff, estimating)
 
 
 def _batched(model: IsingModel, J):
@@ -234,7 +262,8 @@ class PopulationAnnealing(ColouredSweep):
     Config (static):
 
     * ``num_replicas`` (``R``, 1024): replicas per population;
-    * ``num_populations`` (``P``, 4, at least 2): independent populations, for the SE;
+    * ``num_populations`` (``P``, 4): independent populations, for the SE; with the adaptive
+      ladder at least 3 (population 0 is the pilot), with ``fractions`` at least 2;
     * ``moves``: ``"auto"`` (Swendsen–Wang when every coupling of the concrete model is
       ``≥ 0``, else Gibbs; Gibbs for traced couplings), ``"swendsen-wang"`` (a negative
       coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2);
@@ -243,7 +272,7 @@ class PopulationAnnealing(ColouredSweep):
       1) in place of the adaptive one;
     * ``resampling``: ``"systematic"``, ``"residual"`` or ``"multinomial"``;
     * ``min_families`` (20): the least ``families_eff`` of a converged run (a heuristic: the
-      32×32 torus at K = 0.6 keeps about 29 of R = 1024 with the defaults, and is accurate);
+      32×32 torus at K = 0.6 keeps about 36 of R = 1024 with the defaults, and is accurate);
     * ``target_se`` (None): add batches of ``num_populations`` populations until
       ``log_z_se ≤ target_se`` or ``max_populations`` (64) have run; the run then leaves
       ``jax.jit`` for a host loop between compiled batches (under a caller's ``jax.jit``
@@ -253,12 +282,15 @@ class PopulationAnnealing(ColouredSweep):
     ``marginals(model, *, key)`` returns:
 
     * ``log_z [*batch]`` with ``info["log_z_kind"] == "estimate"``, ``info["log_z_se"]``
-      ``[*batch]`` and ``info["log_z_populations"] [*batch, P]``;
+      ``[*batch]`` (the larger of ``info["log_z_se_spread"]`` and
+      ``info["log_z_se_families"]``), ``info["log_z_populations"] [*batch, P]`` and
+      ``info["log_z_estimating"] [*batch, P]`` (False for the pilot);
     * ``mean [*batch, n]`` and ``corr`` (dense couplings): the final populations' moments;
     * ``samples [*batch, P·R, n]``: the final populations, population-major;
     * ``info["num_temps"] [*batch]`` (the most steps any population took),
-      ``info["ladder"] [*batch, P, T + 1]`` and ``info["ess"] [*batch, P, T]`` (``T``:
-      ``max_temps`` or the fixed ladder's length; NaN after a population's last step),
+      ``info["ladder"] [*batch, P, T + 1]`` (the same ladder in every row) and
+      ``info["ess"] [*batch, P, T]`` (each population's ESS fraction at each step; ``T``:
+      ``max_temps`` or the fixed ladder's length; NaN after the last step),
       ``info["families_eff"] [*batch]`` (the smallest over the populations),
       ``info["moves_per_temp"]``, ``info["num_populations"]``, ``info["reached_beta"]``;
     * ``info["converged"] [*batch]``: every population reached β, ``families_eff ≥
@@ -295,8 +327,10 @@ class PopulationAnnealing(ColouredSweep):
         if self.num_replicas < 2:
             raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got "
                                   f"{self.num_replicas}.")
-        if self.num_populations < 2:
-            raise IsingInputError(f"{o} needs num_populations ≥ 2 for a standard error; got {self.num_populations}.")
+        least = 2 if self.fractions is not None else 3  # an adaptive ladder's pilot does not count
+        if self.num_populations < least:
+            raise IsingInputError(f"{o} needs num_populations ≥ {least} for a standard error (with an adaptive "
+                                  f"ladder population 0 is the pilot that chooses it); got {self.num_populations}.")
         if self.target_se is not None:
             V.positive_float("target_se", self.target_se, owner=o)
             if self.max_populations < self.num_populations:
@@ -367,8 +401,9 @@ class PopulationAnnealing(ColouredSweep):
             return self._assemble(model, self._run(model, key))
         runs = [_compiled_run(self, model, key)]
         while self.num_populations * len(runs) < self.max_populations:
-            log_z = jnp.concatenate([r.log_z for r in runs], axis=1)
-            if bool(jnp.all(_se(log_z) <= self.target_se)):
+            log_z, fam, est = (jnp.concatenate(x, axis=1) for x in
+                               zip(*((r.log_z, r.families_eff, r.estimating) for r in runs)))
+            if bool(jnp.all(_combine(log_z, fam, est, self.num_replicas)[1] <= self.target_se)):
                 break
             runs.append(_compiled_run(self, model, jax.random.fold_in(key, len(runs))))
         return self._assemble(model, PAResult(*(jnp.concatenate(parts, axis=1) for parts in zip(*runs))))
@@ -381,13 +416,14 @@ class PopulationAnnealing(ColouredSweep):
         n_active = (jnp.full(batch, n, dtype) if act is None
                     else jnp.broadcast_to(act, batch + (n,)).sum(-1).astype(dtype))
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
-        log_z = jax.nn.logsumexp(log_zp, axis=-1) - jnp.log(P).astype(dtype)
-        se = _se(log_zp)
         b = lambda x: x.reshape(batch + x.shape[1:])
+        est = b(res.estimating)
+        log_z, se, se_spread, se_fam = _combine(log_zp, b(res.families_eff), est, self.num_replicas)
         fam = jnp.min(b(res.families_eff), axis=-1)
         reached = jnp.all(b(res.reached), axis=-1)
         converged = reached & (fam >= self.min_families) & jnp.isfinite(se)
-        info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_populations": log_zp,
+        info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_se_spread": se_spread,
+                "log_z_se_families": se_fam, "log_z_populations": log_zp, "log_z_estimating": est,
                 "num_temps": jnp.max(b(res.num_temps), axis=-1), "ladder": b(res.ladder), "ess": b(res.ess),
                 "families_eff": fam, "reached_beta": reached,
                 "moves_per_temp": jnp.full(batch, self.moves_per_temp, jnp.int32),
@@ -428,10 +464,20 @@ class PopulationAnnealing(ColouredSweep):
         return f"{o}: {bad} of {total} models are not converged: " + "; ".join(why) + "."
 
 
-def _se(log_zp):
-    """``sd_p(log Ẑ_p) / sqrt(P)`` over the last axis."""
-    P = log_zp.shape[-1]
-    return jnp.std(log_zp, axis=-1, ddof=1) / jnp.sqrt(jnp.asarray(P, log_zp.dtype))
+def _combine(log_zp, families_eff, estimating, num_replicas: int):
+    """``(log Z, SE, SE from the spread, SE from the families)`` of populations' estimates
+    ``log_zp [..., P]``, their ``families_eff [..., P]`` and the ``estimating [..., P]`` mask
+    (``Q`` of them): ``log Z = log mean_q Ẑ_q``, and the SE is the larger of
+    ``sd_q(log Ẑ_q) / sqrt(Q)`` and ``sqrt(Σ_q (ρ_t,q - 1) / R) / Q``, the family (ancestry)
+    variance of each population's estimate (Chan & Lai 2013; ``ρ_t / R = 1 / families_eff``,
+    Wang, Machta & Katzgraber 2015)."""
+    dtype = log_zp.dtype
+    Q = jnp.sum(estimating, axis=-1).astype(dtype)
+    log_z = jax.nn.logsumexp(jnp.where(estimating, log_zp, -jnp.inf), axis=-1) - jnp.log(Q)
+    spread = jnp.std(log_zp, axis=-1, ddof=1, where=estimating) / jnp.sqrt(Q)
+    var = jnp.maximum(1 / families_eff.astype(dtype) - 1 / num_replicas, 0)  # (ρ_t - 1) / R
+    fam = jnp.sqrt(jnp.sum(jnp.where(estimating, var, 0), axis=-1)) / Q
+    return log_z, jnp.maximum(spread, fam), spread, fam
 
 
 @eqx.filter_jit
