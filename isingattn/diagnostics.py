@@ -211,17 +211,6 @@ def _ones_before(W, cum, p):
     return jnp.take(cum, j, axis=0) + lax.population_count(part).astype(jnp.int32)
 
 
-def _ones_before_near(W, cum, p):
-    """:func:`_ones_before` for positions ``p [P]`` within 32 of each other (one block's
-    lags): they fall in two adjacent words, read by dynamic slices instead of a gather."""
-    j0 = jnp.min(p) // WORD
-    word = lambda a, j: lax.dynamic_index_in_dim(a, j, 0)  # [1, C, F]
-    low = _low_bits(p % WORD)[:, None, None]
-    first = word(cum, j0) + lax.population_count(word(W, j0) & low).astype(jnp.int32)
-    second = word(cum, j0 + 1) + lax.population_count(word(W, jnp.minimum(j0 + 1, W.shape[0] - 1)) & low).astype(jnp.int32)
-    return jnp.where((p // WORD > j0)[:, None, None], second, first)
-
-
 def unpack_spins(W, N: int, dtype):
     """Inverse of :func:`pack_spins`: words ``[ceil(N/32), ...]`` -> ±1 draws ``[N, ...]``
     of ``dtype`` (a series of zeros, a masked spin, comes back as -1)."""
