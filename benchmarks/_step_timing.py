@@ -10,18 +10,22 @@ import time
 
 
 def time_calls(call, repeats: int) -> dict:
-    """``call(i)`` once to compile (``first_s``), then ``repeats`` times: wall seconds, median and best."""
+    """``call(i)`` once to compile (``first_s``), then ``repeats`` times: wall seconds, median and best,
+    and the median CPU seconds of the process (``cpu_median_s``: every thread, so it moves less with
+    the load of a shared machine than the wall time does)."""
     import jax
 
     t = time.perf_counter()
     out = jax.block_until_ready(call(0))
     first_s = time.perf_counter() - t
-    times = []
+    times, cpu = [], []
     for i in range(1, repeats + 1):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = jax.block_until_ready(call(i))
         times.append(time.perf_counter() - t)
-    return dict(first_s=first_s, median_s=statistics.median(times), best_s=min(times), out=out)
+        cpu.append(time.process_time() - c)
+    return dict(first_s=first_s, median_s=statistics.median(times), best_s=min(times),
+                cpu_median_s=statistics.median(cpu), out=out)
 
 
 def time_train_steps(model, T: int, batch: int, steps: int, vocab: int = 6) -> dict:

@@ -236,9 +236,10 @@ class Gibbs(ColouredSweep):
     (``"systematic"`` or ``"colored"``); ``colors`` (optional fixed colouring,
     needed for colored updates under jit, see :func:`schedule_classes`);
     ``diagnostics`` (R-hat/ESS/MCSE in ``info``, from exact counts on the draws packed 32
-    to a word, :func:`isingattn.diagnostics.spin_diagnostics`: about a fifth of the
-    sweeps' time at n = 64 with 256 chains, benchmarks/gibbs.py; under ``jit`` unread
-    diagnostics are dropped anyway);
+    to a word, :func:`isingattn.diagnostics.spin_diagnostics`; R-hat costs one pass over
+    the words, the ESS its lag counts: ``draws/32`` word operations per lag, chain and spin,
+    for every lag until each spin's Geyer sequence has ended (an FFT past 256 lags): see
+    benchmarks/README.md, ``gibbs_as_called.py``; under ``jit`` unread diagnostics are dropped anyway);
     ``rhat_threshold``;
     ``rao_blackwell`` (report the mean of ``tanh(β(h + J s))`` over the draws instead of
     the mean of ``s``: lower variance and never exactly ±1, see

@@ -432,6 +432,30 @@ def test_errors_and_nonconvergence_warning():
     assert not bool(m.info["converged"])
 
 
+def test_short_chains_on_an_ordered_lattice_are_flagged_by_numpyros_estimators():
+    """The default diagnostics on the sparse (colour-class) path, as the benchmarks run it: an
+    8x8 periodic ferromagnet at β = 1 (ordered phase), h = 0, so the exact mean is 0 by spin-flip
+    symmetry, and chains far too short to cross between the phases. The engine's R-hat and ESS
+    are numpyro's estimators on its own draws, the chains are flagged (warning, ``converged``
+    False), and the MCSE does not flatter them: a few effective draws, and the errors from the
+    exact 0 within 4 MCSE."""
+    from isingattn import graphs
+
+    g = graphs.lattice((8, 8), periodic=True)
+    model = IsingModel(jnp.zeros(g.n), graphs.random_couplings(None, g, "ferro"), 1.0)
+    C, S = 8, 40
+    with pytest.warns(RuntimeWarning, match="R-hat"):
+        m = Gibbs(num_warmup=0, num_samples=S, num_chains=C).marginals(model, key=jax.random.PRNGKey(0))
+    assert not bool(m.info["converged"])
+    x = np.asarray(m.samples, np.float64).reshape(C, S, g.n)  # chain-major draws
+    ref_rhat = np_rhat(x)
+    assert np.nanmax(ref_rhat) >= 1.05  # numpyro says so too
+    np.testing.assert_allclose(np.asarray(m.info["r_hat"]), ref_rhat, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(m.info["ess"]), np_ess(x), rtol=1e-10)
+    assert np.max(np.asarray(m.info["ess"])) < C * S / 10
+    assert np.all(np.abs(np.asarray(m.mean)) <= 4 * np.asarray(m.info["mcse"]))
+
+
 # ----------------------------------------------------------------------------------
 # Gradients through samples
 # ----------------------------------------------------------------------------------
