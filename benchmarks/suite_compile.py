@@ -1,4 +1,4 @@
-"""The test suite's compile settings (tests/_xla.py, tests/conftest.py) against the ones before them.
+"""The test suite's XLA flags (tests/_xla.py) against the ones before them.
 
 Each setting runs in its own fresh process (XLA reads its flags once, at start), without a persistent
 compilation cache: it traces, lowers and compiles four programs of the kind the tests compile
@@ -22,10 +22,9 @@ import sys
 SETTINGS = {
     # before: level 0 with elemental emitters, jax's default source locations
     "old": ({"XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"}),
-    # now: one LLVM module per program, no Python call stacks in the locations
+    # now: one LLVM module per program
     "new": ({"XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
-                          "--xla_cpu_parallel_codegen_split_count=1",
-             "JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS": "false", "JAX_TRACEBACK_IN_LOCATIONS_LIMIT": "0"}),
+                          "--xla_cpu_parallel_codegen_split_count=1"}),
 }
 
 CHILD = r'''

@@ -15,10 +15,6 @@ import os
 from _xla import FAST_COMPILE_FLAGS, RUN_BOUND_OPTIONS  # noqa: E402
 
 os.environ.setdefault("XLA_FLAGS", FAST_COMPILE_FLAGS)
-# Python source locations in the lowered programs: debug metadata only (jax's own tracebacks keep
-# them), but they cost lowering and compile time in every test and subprocess.
-os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "false")
-os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 
 # One persistent compilation cache for the run: both xdist workers and every subprocess a test
 # starts (CLI runs, kill-and-resume children) inherit it, so a program compiled once is loaded,
@@ -35,10 +31,6 @@ if _OWN_CACHE:
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-# the two settings above, also where a plugin imported jax before this file set them
-jax.config.update("jax_include_full_tracebacks_in_locations",
-                  os.environ["JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS"].lower() in ("1", "true", "yes", "on"))
-jax.config.update("jax_traceback_in_locations_limit", int(os.environ["JAX_TRACEBACK_IN_LOCATIONS_LIMIT"]))
 
 try:  # keep hypothesis runs short and deterministic on slow CI machines
     from hypothesis import HealthCheck, settings

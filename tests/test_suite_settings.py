@@ -23,17 +23,3 @@ def test_other_tests_compile_with_the_suites_flags():
     assert "xla_backend_optimization_level" not in _overrides()
     if "--xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", ""):
         assert "--xla_backend_optimization_level=1" in run_bound_xla_flags()
-
-
-
-def test_lowered_programs_carry_no_python_call_stacks():
-    """conftest.py keeps the Python call stacks out of the lowered programs' locations (they cost
-    lowering and compile time); jax's own error tracebacks are not affected."""
-    import jax
-    import jax.numpy as jnp
-
-    def inner(x):
-        return jnp.sin(x) * 2
-
-    text = jax.jit(lambda x: inner(x) + 1).lower(1.0).as_text(debug_info=True)
-    assert "sin" in text and "callsite(" not in text
