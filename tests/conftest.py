@@ -64,12 +64,36 @@ def pytest_unconfigure(config):
 _SLOW_CASES = pathlib.Path(__file__).with_name("slow_cases.txt")
 
 
+# Longest files first: with `--dist loadfile` and `--no-loadscope-reorder` (pyproject's addopts) xdist
+# hands the files to its workers in collection order, so a long file started last (xdist's own order
+# is by test count, which put the one-test documentation build near the end) no longer leaves the
+# other worker idle. A file's expected time: its cases' seconds in slow_cases.txt, 1 s for the others,
+# plus a long setup (a module fixture) that the list does not carry.
+_SETUP_SECONDS = {"tests/docs/test_site.py": 115.0, "tests/core/test_sharding.py": 36.0}
+
+
+def _slow_seconds() -> dict:
+    out = {}
+    for line in _SLOW_CASES.read_text().splitlines():
+        nodeid, _, note = line.partition("#")
+        if nodeid.strip():
+            out[nodeid.strip()] = float(note.split()[0]) if note.split() else 1.0
+    return out
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect anything
 def pytest_collection_modifyitems(config, items):
-    listed = {line.split("#")[0].strip() for line in _SLOW_CASES.read_text().splitlines()} - {""}
+    seconds = _slow_seconds()
+    listed = set(seconds)
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
+    cost = dict(_SETUP_SECONDS)
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        cost[path] = cost.get(path, 0.0) + seconds.get(item.nodeid, 1.0)
+    rank = {path: i for i, path in enumerate(sorted(cost, key=lambda p: -cost[p]))}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a file keeps its own order
     # A whole-suite collection must find every listed case: a renamed test or an edited README
     # block would otherwise drop out of the list silently and run in the quick loop.
     whole = [str(pathlib.Path(a).resolve()) for a in config.args] in ([], [str(pathlib.Path(config.rootpath, "tests"))])
