@@ -13,12 +13,12 @@ The run (:func:`~isingattn.inference.mcmc.pt_run.run_tempering`):
 
 * **The ladder's size** (``num_replicas=None``, the default) follows the model: a short
   pilot run on a fixed grid of β measures the energy's spread ``σ(β)``, whose integral
-  ``Λ = ∫ σ/√π dβ`` is the communication barrier of Syed et al.; ``R = ⌈2Λ⌉ + 1`` rungs then
-  reject about ½ per pair after adaptation (:mod:`~isingattn.inference.mcmc.pt_ladder`;
+  ``Λ = ∫ σ/√π dβ`` is the communication barrier of Syed et al.; ``R = ⌈Λ / 0.4⌉ + 1``
+  rungs then reject about 0.4 per pair after adaptation (:mod:`~isingattn.inference.mcmc.pt_ladder`;
   ``info["barrier"]`` is ``Λ`` measured again on the run itself).
 * **Houdayer's cluster move** (``houdayer=None``, the default: on for a concrete model with
-  no field and an even ``num_chains``) between chains ``2k`` and ``2k+1`` at every rung,
-  after each sweep (:mod:`~isingattn.inference.mcmc.houdayer`). The paired chains are then
+  no field and an even ``num_chains``) between chains ``2k`` and ``2k+1`` at the colder
+  half of the rungs, after each sweep (:mod:`~isingattn.inference.mcmc.houdayer`). The paired chains are then
   not independent (R-hat still compares all chains).
 * **Warmup**, ``num_warmup`` steps. With ``ladder=None`` the first three quarters adapt the
   ladder in ``adapt_rounds`` rounds of doubling length (Syed et al.'s schedule update,
@@ -124,7 +124,8 @@ class ParallelTempering(ColouredSweep):
     per chain); ``num_chains`` independent tempered chains (R-hat compares them);
     ``num_replicas`` ``R`` (≥ 2) per chain, or None (default: sized from the model by a
     pilot run, module docstring; the length of ``ladder`` when given; ``FALLBACK_REPLICAS``
-    for a model traced under jit, unless the engine was ``prepared(model)`` outside);
+    for a causal model or one traced under jit, unless the engine was ``prepared(model)``
+    outside);
     ``beta_min`` the hot end, below the model's β (a
     concrete β ≤ ``beta_min`` is refused) (0: the uniform
     distribution, which one sweep samples exactly); ``ladder`` (None: adapt; or ``R``
@@ -160,7 +161,8 @@ class ParallelTempering(ColouredSweep):
       frozen into its ground state: ``|⟨s⟩| > 0.999`` on the strips of the tests).
       ``converged`` also needs ``tempered [*batch]``: every chain made at least
       ``MIN_ROUND_TRIPS`` round trips during sampling (fewer, and the stepping stone's
-      batches are shorter than a trip, so its SE is not to be trusted), every adjacent pair swapped at least once, and the ladder did not
+      batches are shorter than a trip, so its SE is not to be trusted), every adjacent pair
+      swapped at least once, and the ladder did not
       collapse (``beta_min < β``). Chains frozen in different states can agree on R-hat (a
       3×3 glass at β = 1e6 gave means ±0.35 for an exact 0 with R-hat fine); without tempering
       that agreement is evidence of nothing.
@@ -169,7 +171,8 @@ class ParallelTempering(ColouredSweep):
     mesh's devices (``num_chains`` a multiple of their count, else ``IsingInputError``): a
     chain's replicas and swaps stay on one device. The noise is drawn for the global arrays,
     so samples equal the unsharded run's; energies, swap rates, ladder and log Z may differ in
-    the last bits at larger n (:func:`~isingattn.inference.mcmc.pt_run.run_tempering`; DESIGN.md §3, "Samplers that mix where
+    the last bits at larger n (:func:`~isingattn.inference.mcmc.pt_run.run_tempering`;
+    DESIGN.md §3, "Samplers that mix where
     Gibbs freezes", also for two processes under ``jax.distributed``).
 
     The defaults: the ladder sized to the model, 2000 warmup and 16000 sampling steps, 4
@@ -222,10 +225,12 @@ class ParallelTempering(ColouredSweep):
                 raise V.ConfigTypeError(f"{o}: ladder must be None or a sequence of numbers (fractions β_k / β); "
                                         f"got {lad!r}.")
             x = np.asarray(lad, float)
-            if ((self.num_replicas is not None and len(x) != self.num_replicas) or len(x) < 2 or not np.all(np.isfinite(x)) or x[0] != 1.0 or np.any(np.diff(x) >= 0)
+            wrong_size = (self.num_replicas is not None and len(x) != self.num_replicas) or len(x) < 2
+            if (wrong_size or not np.all(np.isfinite(x)) or x[0] != 1.0 or np.any(np.diff(x) >= 0)
                     or x[-1] < 0):
                 raise IsingInputError(
-                    f"{o}: ladder must be num_replicas = {self.num_replicas or 'len(ladder) ≥ 2'} fractions β_k / β, "
+                    f"{o}: ladder must be num_replicas = {self.num_replicas or 'len(ladder) ≥ 2'} fractions "
+                    "β_k / β, "
                     f"strictly decreasing from 1.0 (the model's β) to a hot end ≥ 0, e.g. numpy.linspace(1, 0, "
                     f"{self.num_replicas or 16}); "
                     f"got {lad!r}.")
@@ -255,6 +260,11 @@ class ParallelTempering(ColouredSweep):
         on any active spin and an even ``num_chains``) with the graph the move grows along."""
         if self.houdayer is False or self.cluster_graph is not None:
             return {}
+        if model.causal:  # solved in buckets of prefixes: the graph of all n spins does not fit them
+            if self.houdayer:
+                raise IsingInputError("ParallelTempering: houdayer=True is not available for causal models (solved "
+                                      "in buckets of prefixes); use houdayer=None or False.")
+            return {"houdayer": False}
         traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(model))
         h = None if traced else np.asarray(model.masked_parameters()[0])
         zero = not traced and not np.any(h)
@@ -271,12 +281,13 @@ class ParallelTempering(ColouredSweep):
     def _sized(self, model: IsingModel) -> int:
         """``num_replicas``: as given, the length of a given ladder, or sized from the model by a
         pilot run (:mod:`~isingattn.inference.mcmc.pt_ladder`); ``FALLBACK_REPLICAS`` for a
-        model traced under jit (call ``engine.prepared(model)`` outside jit to size it)."""
+        model traced under jit (call ``engine.prepared(model)`` outside jit to size it) or a
+        causal one (solved in buckets)."""
         if self.num_replicas is not None:
             return self.num_replicas
         if self.ladder is not None:
             return len(self.ladder)
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(model)):
+        if model.causal or any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(model)):
             return FALLBACK_REPLICAS
         G = pt_ladder.PILOT_RUNGS
         h, J, beta = model.h, model.J, model.beta
@@ -351,7 +362,8 @@ class ParallelTempering(ColouredSweep):
         if untempered:
             swaps = np.asarray(info["swap_rate"]).reshape(-1, self.num_replicas - 1).min(0)
             return (f"ParallelTempering: {untempered} of {total} models did not temper: some chain made fewer than "
-                    f"{MIN_ROUND_TRIPS} round trips cold → hot → cold (lowest rate {trips:.3g} per step) or some pair of replicas never "
+                    f"{MIN_ROUND_TRIPS} round trips cold → hot → cold (lowest rate {trips:.3g} per step) or some "
+                    "pair of replicas never "
                     f"swapped (lowest swap rate per pair {np.array2string(swaps, precision=2)}), so the chains may "
                     "sit frozen in different states and R-hat cannot tell. Raise num_warmup and num_samples, or "
                     "num_replicas; see info['tempered'], info['swap_rate'], info['round_trip_rate'].")

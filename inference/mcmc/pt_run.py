@@ -6,7 +6,7 @@ engine ``"pt"`` (:mod:`~isingattn.inference.mcmc.pt`), on the kernel of
 
 One step sweeps every replica once with the Gibbs heat-bath kernel (replicas × chains ×
 models one batch of ONE sweep), adds a Houdayer move between chains ``2k`` and ``2k+1`` at
-every rung when the model has no field, then runs the deterministic even–odd swap round.
+the colder half of the rungs when the model has no field, then runs the deterministic even–odd swap round.
 Warmup adapts the ladder in rounds of doubling length; sampling keeps the target replica's
 draws (packed), energies, swap and round-trip counts, every rung's energy moments and the
 stepping stone's terms in batches (for ``log_ratio_se``).
@@ -49,7 +49,7 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         ladder: None (adapt) or ``R`` fractions of β, decreasing from 1.
         graph: None, or the coupling graph of a zero-field model: then every step adds a
             Houdayer move (:mod:`~isingattn.inference.mcmc.houdayer`) between chains ``2k``
-            and ``2k + 1`` at every rung (``num_chains`` even).
+            and ``2k + 1`` at the colder ``⌈R/2⌉`` rungs (``num_chains`` even).
         mesh: None, or a ``jax.sharding.Mesh`` whose device count divides ``num_chains``:
             every per-chain array of the loop is split along its chains axis over all the
             mesh's axes (:func:`~isingattn.sharding.split_along`), the ladder is
@@ -120,15 +120,22 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         su = init_spins(jax.random.fold_in(k_unif, t), lanes + (n,), active, dtype).spins  # exact at β = 0
         return jnp.concatenate([x, (-betas[-1] * energy(h, J, su))[None]])
 
+    # Houdayer's move runs at the colder half of the ladder: at the hot rungs the q = -1 sites
+    # come near percolation, where the move mostly exchanges the two replicas whole and its
+    # labelling takes the most rounds (Zhu, Ochoa & Katzgraber's ICM, PRL 115, 077201, 2015,
+    # likewise keeps its cluster moves to the low temperatures)
+    RH = (R + 1) // 2
     if graph is not None:  # the couplings on the graph's edges, edge axis first: [E, *batch]
         w_e = jnp.moveaxis(jnp.broadcast_to(edge_weights(J, graph), batch + (graph.E,)), -1, 0)
 
     def cluster_move(key, s, E):
-        """Houdayer's move between chains 2k and 2k+1 at every rung (spin-major [n, R, C, ...])."""
-        pairs = s.reshape((n, R, C // 2, 2) + batch)
+        """Houdayer's move between chains 2k and 2k+1 at the colder half of the rungs
+        (spin-major [n, R, C, ...])."""
+        pairs = s[:, :RH].reshape((n, RH, C // 2, 2) + batch)
         a, b, hi = houdayer_move(key, pairs[:, :, :, 0], pairs[:, :, :, 1], w_e, graph)
-        dE = jnp.stack([hi.delta_a, -hi.delta_a], axis=2).reshape(E.shape)  # the pair's sum is unchanged
-        return jnp.stack([a, b], axis=3).reshape(s.shape), E + dE
+        dE = jnp.stack([hi.delta_a, -hi.delta_a], axis=2).reshape((RH,) + E.shape[1:])  # the pair's sum is unchanged
+        new = jnp.stack([a, b], axis=3).reshape((n, RH) + s.shape[2:])
+        return jnp.concatenate([new, s[:, RH:]], axis=1), jnp.concatenate([E[:RH] + dE, E[RH:]])
 
     def body(t, c):
         s, E, last, betas, rej, words, E0, flips, acc, trips, lse, em = c

@@ -20,7 +20,9 @@ from isingattn.engine import from_spec, to_spec
 from isingattn.graphs import lattice
 from isingattn.inference.dimod.pt_sampler import PTSampler
 from isingattn.inference.mcmc import ParallelTempering
+from isingattn.inference.mcmc.houdayer import houdayer_move
 from isingattn.inference.mcmc.pt_kernel import COLD, NONE, PTState, adapt_ladder, pt_init, pt_step, swap_round
+from isingattn.inference.mcmc.pt_ladder import PILOT_RUNGS, TARGET_REJECT, barrier, replicas_for_barrier
 from isingattn.onsager import torus_log_z
 from isingattn.sparse import SparseCouplings
 from isingattn.testing import brute_force
@@ -195,16 +197,6 @@ def _torus(L, K, sparse):
     return IsingModel(jnp.zeros(L * L, jnp.float32), J if sparse else J.to_dense(), K)
 
 
-@pytest.mark.slow
-def test_log_z_small_torus_sparse_colored():
-    """4×4 torus at K = 0.6 (above K_c): sparse couplings, colour-class sweeps (the fast case
-    of a sparse log Z is the batched test below, against brute force)."""
-    out = FAST.marginals(_torus(4, 0.6, sparse=True), key=jax.random.key(2))
-    ref, se = float(torus_log_z(4, 4, 0.6)), float(out.info["log_z_se"])
-    assert 0 < se < 0.3 and abs(float(out.log_z) - ref) <= 4 * se, (float(out.log_z), ref, se)
-    assert out.corr is None and out.info["energy"].shape == (4, 1500)
-
-
 @pytest.mark.run_bound
 @pytest.mark.slow
 def test_log_z_16x16_torus_kaufman():
@@ -371,7 +363,8 @@ def test_registered_and_spec_round_trip():
     (dict(num_replicas=0), "num_replicas"),
     (dict(beta_min=-0.1), "beta_min"),
     (dict(num_samples=6, thin=4), "draws"),
-    (dict(ladder=[1.0, 0.5]), "ladder"),  # wrong length for 16 replicas
+    (dict(num_replicas=16, ladder=[1.0, 0.5]), "ladder"),  # wrong length for 16 replicas
+    (dict(ladder=[1.0]), "ladder"),  # one rung
     (dict(num_replicas=3, ladder=[0.9, 0.5, 0.0]), "ladder"),  # does not start at 1
     (dict(num_replicas=3, ladder=[1.0, 0.5, 0.6]), "ladder"),  # not decreasing
     (dict(num_replicas=3, ladder=[1.0, 0.5, -0.1]), "ladder"),
@@ -457,8 +450,6 @@ def test_houdayer_move_keeps_the_pair_energy():
     the returned ``delta_a`` and the pair's sum is unchanged (float64 energies here)."""
     import networkx as nx
 
-    from isingattn.inference.mcmc.houdayer import houdayer_move
-
     g = lattice((6, 6))
     rng = np.random.default_rng(3)
     w = rng.choice([-1.0, 1.0], g.E)
@@ -486,11 +477,21 @@ def test_houdayer_move_keeps_the_pair_energy():
     assert int(info.size[0]) == 0
 
 
+ZERO_FIELD = (4, 12, 3.0, 2)  # rows, cols, β, seed of the zero-field strip below
+
+
+def _zero_field_strip():
+    rows, cols, beta, seed = ZERO_FIELD
+    _, J = strip_model(rows, cols, seed=seed, h_scale=0.0)
+    return J, IsingModel(jnp.zeros(rows * cols, jnp.float32), jnp.asarray(J, jnp.float32), beta).sparsified()
+
+
 def _independent_spins(beta):
-    """48 uncoupled spins with ``h = 1`` on the 4×12 strip's graph (all couplings 0): ``σ(β) =
-    √48 sech β``, so the barrier is ``Λ = √(48/π) · gd(β)`` (gd the Gudermannian)."""
-    g = lattice((4, 12))
-    model = IsingModel(jnp.ones(48, jnp.float32), SparseCouplings(g, jnp.zeros(g.E, jnp.float32)), beta)
+    """48 uncoupled spins with ``h = 1`` on the zero-field strip's graph (all couplings 0, so
+    one pilot program serves both tests): ``σ(β) = √48 sech β``, so the barrier is ``Λ =
+    √(48/π) · gd(β)`` (gd the Gudermannian)."""
+    J = _zero_field_strip()[1].J
+    model = IsingModel(jnp.ones(48, jnp.float32), J.with_weights(jnp.zeros_like(J.weights)), beta)
     return model, np.sqrt(48 / np.pi) * 2 * np.arctan(np.tanh(beta / 2))
 
 
@@ -498,29 +499,27 @@ def test_ladder_size_follows_the_barrier():
     """``num_replicas=None`` sizes the ladder from a pilot run's energy spread: on independent
     spins (closed form above) ``R = ⌈Λ / ½⌉ + 1`` within one rung; the trapezoid of the exact
     ``σ`` on the pilot's grid gives ``Λ`` to 1%."""
-    from isingattn.inference.mcmc.pt_ladder import PILOT_RUNGS, TARGET_REJECT, barrier, replicas_for_barrier
-
     model, lam = _independent_spins(3.0)
     grid = np.linspace(3.0, 0.0, PILOT_RUNGS)
     assert float(barrier(grid, np.sqrt(48) / np.cosh(grid))) == pytest.approx(lam, rel=0.01)
     want = int(np.ceil(lam / TARGET_REJECT)) + 1
     assert replicas_for_barrier(lam) == want
-    eng = ParallelTempering(num_warmup=400, num_samples=3000).prepared(model)
+    eng = ParallelTempering().prepared(model)
     assert abs(eng.num_replicas - want) <= 1, (eng.num_replicas, want, lam)
     assert eng.houdayer is False  # a field: no cluster move
     assert replicas_for_barrier(1e6) == 128 and replicas_for_barrier(0.1) == 4
 
 
 def test_zero_field_strip_sized_ladder_and_houdayer_against_transfer_matrix():
-    """A zero-field 4×12 ±J strip at β = 3 (sparse, frozen for single-spin moves) with the
-    ladder sized by the pilot and Houdayer's move on by default: every marginal (exactly 0)
-    and ⟨E⟩ within 4 MCSE (ESS computed here), log Z within 4 SE of the transfer matrix, and
-    the adapted swap rates near ``1 - Λ/(R-1)``, about ½."""
-    rows, cols, beta = 4, 12, 3.0
-    h, J = strip_model(rows, cols, seed=2, h_scale=0.0)
-    mean, E, log_z = transfer_exact(h, J, beta, rows, cols)
-    model = IsingModel(jnp.zeros(rows * cols, jnp.float32), jnp.asarray(J, jnp.float32), beta).sparsified()
-    eng = ParallelTempering(num_warmup=400, num_samples=3000)
+    """A zero-field 4×12 ±J strip at β = 3 (sparse couplings, colour-class sweeps; frozen for
+    single-spin moves) with the ladder sized by the pilot and Houdayer's move on by default:
+    every marginal (exactly 0) and ⟨E⟩ within 4 MCSE (ESS computed here), log Z within 4 SE of the transfer matrix, and
+    the adapted swap rates near ``1 - TARGET_REJECT``. (Without the engine's diagnostics:
+    half the compile time; the test computes its own ESS.)"""
+    rows, cols, beta, _ = ZERO_FIELD
+    J, model = _zero_field_strip()
+    mean, E, log_z = transfer_exact(np.zeros(rows * cols), J, beta, rows, cols)
+    eng = ParallelTempering(num_warmup=300, num_samples=2000, diagnostics=False, keep_samples=True)
     prep = eng.prepared(model)
     assert prep.houdayer is True and prep.cluster_graph == model.J.graph
     out = eng.marginals(model, key=jax.random.key(5))
@@ -530,8 +529,9 @@ def test_zero_field_strip_sized_ladder_and_houdayer_against_transfer_matrix():
     se = float(out.info["log_z_se"])
     assert 0 < se < 0.5 and abs(float(out.log_z) - log_z) <= 4 * se, (float(out.log_z), log_z, se)
     sw = np.asarray(out.info["swap_rate"])
-    assert sw.min() > 0.2 and abs(sw.mean() - 0.5) < 0.2, sw
-    assert float(out.info["round_trip_rate"]) > 0.01 and bool(out.info["converged"])
+    assert sw.min() > 0.2 and abs(sw.mean() - (1 - TARGET_REJECT)) < 0.2, sw
+    assert float(out.info["round_trip_rate"]) * 2000 >= 20  # round trips per chain
+    assert out.corr is None and out.info["energy"].shape == (4, 2000)  # sparse: no dense correlations
 
 
 @pytest.mark.parametrize("config,match", [(dict(houdayer=True, num_chains=3), "even"),
