@@ -56,7 +56,7 @@ def main():
             pts = []
             for i, S in enumerate(args.budgets):
                 kw = dict(num_warmup=max(S // 4, 50), num_samples=S, keep_samples=False)
-                eng = ParallelTempering(**kw) if name == "pt" else Gibbs(num_chains=64, **kw)  # Gibbs: PT's 16 x 4 chains
+                eng = ParallelTempering(num_replicas=16, **kw) if name == "pt" else Gibbs(num_chains=64, **kw)  # Gibbs: PT's 16 x 4 chains
                 out, dt = run(eng, model, jax.random.key(i))
                 err = np.abs(np.asarray(out.mean) - mean)
                 pts.append((dt, err.max()))

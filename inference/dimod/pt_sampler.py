@@ -57,7 +57,7 @@ class PTSampler(IsingSampler):
                                  num_chains=positive_int("num_reads", p["num_reads"], owner=own),
                                  num_replicas=positive_int("num_replicas", p["num_replicas"], owner=own),
                                  beta_min=float_in("beta_min", p["beta_min"], 0.0, owner=own), diagnostics=False,
-                                 keep_samples=True)
+                                 keep_samples=True, houdayer=False)  # Houdayer's move would pair the reads
 
     def _properties(self) -> dict:
         return {"thermal": True}

@@ -157,28 +157,3 @@ def pt_step(key, state: PTState, h, J, betas, parity, classes: Optional[Sequence
     u = prng.uniform(k_swap, (R - 1,) + E.shape[1:], dtype)
     s, E, last_end, info = swap_round(u, s, E, state.last_end, b, parity)
     return PTState(s, E, last_end), info
-
-
-def adapt_ladder(betas, reject, floor: float = 1e-4):
-    """Syed et al.'s ladder update: the β that split the communication barrier evenly.
-
-    The barrier ``Λ`` is the cumulated rejection rate along the ladder, ``Λ(β_k) = Σ_{i<k}
-    r_i`` with ``r_i`` the mean rejection ``1 - min(1, exp(...))`` of pair ``(i, i+1)``;
-    between rungs it is linear in β. The new ladder puts rung ``k`` where ``Λ = k Λ_total /
-    (R-1)``, so that every pair rejects about equally often; the ends stay.
-
-    Args:
-        betas: ``[R, ...]`` decreasing along axis 0; reject: ``[R-1, ...]`` in [0, 1]
-            (``floor`` keeps ``Λ`` strictly increasing, so a pair that never rejects is not
-            collapsed onto a point).
-    Returns:
-        ``[R, ...]``, decreasing, with the same ends.
-    """
-    R = betas.shape[0]
-    r = jnp.maximum(reject, floor).astype(betas.dtype)
-    lam = jnp.concatenate([jnp.zeros_like(r[:1]), jnp.cumsum(r, axis=0)])  # [R, ...], increasing
-    frac = jnp.linspace(0.0, 1.0, R, dtype=betas.dtype)
-    flat_b = betas.reshape(R, -1).T
-    flat_l = lam.reshape(R, -1).T
-    new = jax.vmap(lambda lam_, b_: jnp.interp(frac * lam_[-1], lam_, b_))(flat_l, flat_b).T.reshape(betas.shape)
-    return new.at[0].set(betas[0]).at[-1].set(betas[-1])

@@ -55,7 +55,7 @@ from isingattn.errors import IsingInputError
 from isingattn.sparse import SparseCouplings
 
 __all__ = ["SwendsenWangState", "SwendsenWangInfo", "swendsen_wang_sweep", "count_negative", "num_words",
-           "sweep_with_bits", "bond_probabilities"]
+           "sweep_with_bits", "bond_probabilities", "component_labels"]
 
 WORD = 32
 
@@ -192,13 +192,37 @@ def sweep_with_bits(bits, s_t, probs, J):
         def neighbour_min(gp):
             return jnp.min(jnp.where(open_t, gp[1:][None], big), axis=1)
 
+    def neighbours(f):  # [n + 1, M]: the ghost has no bonds
+        return jnp.concatenate([jnp.full((1, M), big), neighbour_min(f)])
+
+    f, rounds = component_labels(f, neighbours)
+    label = f[1:]  # [n, M]: the smallest node of the cluster, 0 for the ghost's
+    col = jnp.arange(M, dtype=jnp.int32)[None]
+    coin = (b_coin[label // WORD, col] >> (label % WORD).astype(jnp.uint32)) & 1  # one bit per cluster
+    flip = (coin == 1) & (label != 0)
+    new = jnp.where(flip, -s, s)
+    roots = (label == node) & (s != 0)
+    clusters = roots.sum(0, dtype=jnp.int32) + jnp.any((label == 0) & (s != 0), axis=0)
+    return new.reshape(s_t.shape), clusters.reshape(rest), rounds
+
+
+def component_labels(f, neighbours):
+    """FastSV connected components (module docstring) on node-major labels.
+
+    Args:
+        f: ``[N, M]`` int32, each node's starting parent: its own index, or a smaller node
+            of its component (e.g. 0 for the ghost's spins).
+        neighbours: ``gp [N, M] -> [N, M]``, the minimum of ``gp`` over each node's open
+            bonds (a value ``≥ N`` where a node has none).
+    Returns:
+        ``(labels [N, M], rounds [])``: ``labels[u]`` is the smallest node of ``u``'s
+        component (for ``M`` independent graphs at once).
+    """
+    M = f.shape[1]
     col = jnp.arange(M, dtype=jnp.int32)[None]
 
     def grand(f):
         return f.reshape(-1).at[f * M + col].get(mode="promise_in_bounds")  # f[f], per chain
-
-    def neighbours(f):  # [n + 1, M]: the ghost has no bonds
-        return jnp.concatenate([jnp.full((1, M), big), neighbour_min(f)])
 
     def round_(state):
         f, _, k = state
@@ -211,13 +235,7 @@ def sweep_with_bits(bits, s_t, probs, J):
 
     f = jnp.minimum(f, neighbours(f))  # start from each node's smallest open neighbour (no gather of f needed)
     f, _, rounds = lax.while_loop(lambda st: st[1], round_, (f, jnp.bool_(True), jnp.int32(0)))
-    label = f[1:]  # [n, M]: the smallest node of the cluster, 0 for the ghost's
-    coin = (b_coin[label // WORD, col] >> (label % WORD).astype(jnp.uint32)) & 1  # one bit per cluster
-    flip = (coin == 1) & (label != 0)
-    new = jnp.where(flip, -s, s)
-    roots = (label == node) & (s != 0)
-    clusters = roots.sum(0, dtype=jnp.int32) + jnp.any((label == 0) & (s != 0), axis=0)
-    return new.reshape(s_t.shape), clusters.reshape(rest), rounds
+    return f, rounds
 
 
 def swendsen_wang_sweep(key, state: SwendsenWangState, h, J, beta):

@@ -128,7 +128,7 @@ WORKER = PT_LATTICE + textwrap.dedent(
     # the R-hat/ESS diagnostics, half the compile time: they are computed after the loop from
     # the gathered draws, so equal draws give equal diagnostics.)
     from isingattn.inference.mcmc import ParallelTempering
-    from isingattn.inference.mcmc.pt import run_tempering
+    from isingattn.inference.mcmc.pt_run import run_tempering
     hp, Jp = pt_lattice()
     pt_model = IsingModel(hp, Jp, beta=1.5)
     p0, p1 = (ParallelTempering(**PT_SETTINGS, diagnostics=False, mesh=mm).marginals(pt_model, key=jax.random.key(3))
