@@ -152,7 +152,7 @@ class ParallelTempering(ColouredSweep):
       (cold pair first); ``info["round_trip_rate"] [*batch]``: cold → hot → cold trips per
       step and chain; ``info["ladder"] [*batch, R]``: the final β of each replica;
       ``info["barrier"] [*batch]``: the communication barrier ``Λ`` from every rung's
-      energy spread over sampling (about ``(R - 1) × `` the mean rejection when the ladder
+      energy spread over sampling (about ``R - 1`` times the mean rejection when the ladder
       fits);
     * ``info["flip_rate"] [*batch, chains]``: fraction of the target replica's active spins
       changed per step (sweep and swap);

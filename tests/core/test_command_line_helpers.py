@@ -174,7 +174,7 @@ def test_count_strings_matches_enumeration(T, depth, types):
 def test_command_line_hides_the_corpus_path():
     from isingattn.models.runs import command_line
 
-    assert command_line(["train", "shakespeare", "--data", "/home/me/input.txt", "--steps", "2"]) == \
+    assert command_line(["train", "shakespeare", "--data", "data/input.txt", "--steps", "2"]) == \
         "isingattn train shakespeare --data $ISINGATTN_DATA --steps 2"
     assert command_line(["train", "shakespeare", "--data=/x/input.txt"]) == \
         "isingattn train shakespeare --data=$ISINGATTN_DATA"
