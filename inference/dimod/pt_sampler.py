@@ -11,7 +11,9 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn.inference.dimod.samplers import OCEAN_DEFAULTS, PAD_TO, IsingSampler, check_beta
+from isingattn.inference.dimod import ocean
+from isingattn.inference.dimod.ocean import OCEAN_DEFAULTS
+from isingattn.inference.dimod.samplers import PAD_TO, IsingSampler, check_beta
 from isingattn.inference.mcmc.pt import ParallelTempering
 from isingattn.model import IsingModel
 from isingattn.validate import float_in, nonneg_int, positive_int
@@ -51,7 +53,7 @@ class PTSampler(IsingSampler):
     def _check(self, p) -> ParallelTempering:
         own = "PTSampler"
         check_beta(p["beta"])
-        self._check_ocean(p)
+        ocean.check(p)
         num_sweeps = nonneg_int("num_sweeps", p["num_sweeps"], owner=own)  # 0: the initial states, unchanged
         return ParallelTempering(num_warmup=max(num_sweeps, 1), num_samples=1,
                                  num_chains=positive_int("num_reads", p["num_reads"], owner=own),
@@ -82,6 +84,6 @@ class PTSampler(IsingSampler):
             info = {k: np.asarray(out.info[k]) for k in ("ladder", "swap_rate", "round_trip_rate", "log_z_se")}
             return out.samples, {**info, "log_z": np.asarray(out.log_z)}
 
-        spins, infos, interrupted, t = self._reads(bqm, labels, p, seed, run, width=m)
+        spins, infos, interrupted, t = ocean.reads(bqm, labels, p, seed, run, width=m)
         info = {k: infos[0][k] if len(infos) == 1 else [i[k] for i in infos] for k in (infos[0] if infos else ())}
         return spins, labels, {**info, "interrupted": interrupted}, t

@@ -8,8 +8,8 @@ overridden per call, unknown keys refused, ``seed`` and ``beta`` validated, the 
 BQM, BINARY models sampled as their SPIN equivalent and returned as 0/1, and a
 ``dimod.SampleSet`` with ``num_reads`` rows (not aggregated) and the BQM's own energies.
 ``sample_ising`` / ``sample_qubo`` come from ``dimod.Sampler``. Ocean's ``initial_states``,
-``initial_states_generator`` and ``interrupt_function`` (``OCEAN_DEFAULTS``) are handled once,
-by ``IsingSampler._reads`` (reads in calls of at most ``READS_PER_CALL``), for SQASampler,
+``initial_states_generator`` and ``interrupt_function`` are handled once, in ``ocean.py``
+(``ocean.reads``), for SQASampler,
 PTSampler and SwendsenWangSampler. A subclass supplies its
 ``DEFAULTS``, :meth:`IsingSampler._check` (its own settings) and
 :meth:`IsingSampler._sample` (the algorithm, on the BQM's SPIN view).
@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import dimod
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isingattn.errors import IsingInputError, IsingTypeError
+from isingattn.errors import IsingInputError
+from isingattn.inference.dimod import ocean
 from isingattn.inference.mcmc import sqa
 from isingattn.inference.mcmc.coloring import color_classes
 from isingattn.inference.mcmc.sqa_kernel import SCHEDULES as SQA_SCHEDULES
@@ -35,8 +36,8 @@ from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 from isingattn.validate import nonneg_int
 
-__all__ = ["IsingSampler", "OCEAN_DEFAULTS", "READS_PER_CALL", "SQASampler", "anneal_beta", "anneal_gamma_schedule",
-           "check_beta", "check_seed", "edge_list", "initial_states", "json_safe"]
+__all__ = ["IsingSampler", "SQASampler", "anneal_beta", "anneal_gamma_schedule", "check_beta", "check_seed",
+           "edge_list", "json_safe"]
 
 PAD_TO = 16  # SQASampler pads problems to a multiple of this many spins (fewer compilations)
 
@@ -70,52 +71,6 @@ def edge_list(J):
     Jn = np.asarray(J, np.float64)
     i, j = np.nonzero(np.triu(Jn, 1))
     return np.stack([i, j], 1), Jn[i, j]
-
-
-# Ocean's sampler parameters, as dwave-samplers names them: every sampler with ``num_sweeps``
-# takes them (IsingSampler._check_ocean, IsingSampler._reads)
-OCEAN_DEFAULTS = dict(initial_states=None, initial_states_generator="random", interrupt_function=None)
-INITIAL_STATES_GENERATORS = ("none", "tile", "random")  # dimod.Initialized's
-READS_PER_CALL = 16  # at most this many reads run in one compiled call; interrupt_function is asked between calls
-
-
-def initial_states(bqm, labels, p) -> Optional[np.ndarray]:
-    """The reads' initial states ``[num_reads, n]`` (float, in the order of ``labels``) in
-    {-1, +1} (a BINARY BQM's 0/1 mapped to its SPIN view), with 0 where a read starts at
-    random; None: every read at random. ``p`` holds ``initial_states`` (samples-like,
-    ``dimod.as_samples``), ``initial_states_generator`` and ``num_reads``."""
-    given, gen, R = p["initial_states"], p["initial_states_generator"], p["num_reads"]
-    if given is None:
-        if gen == "none":
-            raise IsingInputError("initial_states_generator='none' needs initial_states for all num_reads reads; "
-                                  "got none. Pass initial_states, or use 'random'.")
-        return None
-    try:
-        arr, variables = dimod.as_samples(given)
-    except (TypeError, ValueError, KeyError) as err:
-        raise IsingInputError(f"initial_states must be samples-like (dimod.as_samples): an array [reads, "
-                              f"variables], a dict, or (array, labels); got {type(given).__name__} ({err}).") from None
-    if set(variables) != set(labels) or len(variables) != len(labels):
-        raise IsingInputError(f"initial_states must give a value to each of the BQM's {len(labels)} variables and "
-                              f"no other; got {len(variables)} variable(s) (shape {arr.shape}).")
-    arr = np.asarray(arr)[:, _positions(variables, labels)].astype(np.float64)
-    allowed = (-1.0, 1.0) if bqm.vartype is dimod.SPIN else (0.0, 1.0)
-    if not np.all(np.isin(arr, allowed)):
-        bad = arr[~np.isin(arr, allowed)].ravel()[0]
-        raise IsingInputError(f"initial_states of a {bqm.vartype.name} BQM must hold values in "
-                              f"{{{int(allowed[0])}, {int(allowed[1])}}}; got {bad:g}.")
-    if bqm.vartype is dimod.BINARY:
-        arr = 2.0 * arr - 1.0
-    k = arr.shape[0]
-    if k >= R:
-        return arr[:R]
-    if gen == "none" or (gen == "tile" and k == 0):
-        raise IsingInputError(f"initial_states holds {k} state(s) for num_reads={R} and "
-                              f"initial_states_generator={gen!r}; give {R} states, or use 'tile' or 'random'.")
-    if gen == "tile":
-        return arr[np.arange(R) % k]
-    return np.concatenate([arr, np.zeros((R - k, arr.shape[1]))])  # 'random': the rest start at random
-
 
 class IsingSampler(dimod.Sampler):
     """A ``dimod.Sampler`` over a JAX Ising sampler (module docstring).
@@ -173,52 +128,6 @@ class IsingSampler(dimod.Sampler):
         info["timing"]["postprocessing_ns"] = time.perf_counter_ns() - t2
         return out
 
-    # ---- Ocean's parameters, for the samplers that have them -------------------------------
-
-    @staticmethod
-    def _check_ocean(p: dict) -> None:
-        """``initial_states_generator`` and ``interrupt_function`` (``initial_states`` is
-        read against the BQM, in :meth:`_reads`)."""
-        gen = p["initial_states_generator"]
-        if not isinstance(gen, str) or gen not in INITIAL_STATES_GENERATORS:
-            raise IsingInputError(f"initial_states_generator must be one of {INITIAL_STATES_GENERATORS}; got {gen!r}.")
-        if p["interrupt_function"] is not None and not callable(p["interrupt_function"]):
-            raise IsingTypeError("interrupt_function must be None or a callable of no arguments that returns True to "
-                                 f"stop sampling; got {type(p['interrupt_function']).__name__}.")
-
-    @staticmethod
-    def _reads(bqm, labels, p: dict, seed: int, run, *, width: Optional[int] = None):
-        """The reads of a sampler with Ocean's parameters: ``(spins [reads, n], infos, interrupted, t)``.
-
-        ``run(key, init, c)`` makes ``c`` reads from ``init [c, width]`` (±1, or 0 where a
-        read starts at random; ``width ≥ n`` columns, the padding 0) and returns ``(spins
-        [c, ≥ n], info)``. Reads run in calls of at most ``READS_PER_CALL`` (equal sizes:
-        one compilation), call ``k`` with key ``fold_in(key, k)`` (one call: the key itself),
-        so the reads depend on ``seed`` and ``num_reads`` only; ``interrupt_function`` is
-        asked before each call after the first, and when it returns True the reads made so
-        far are returned (``interrupted``). ``num_sweeps=0`` returns the initial states
-        (reads without one: uniformly random, from the key) without calling ``run``. ``t`` is
-        ``time.perf_counter_ns()`` when the set-up ended."""
-        n, R = len(labels), p["num_reads"]
-        init = initial_states(bqm, labels, p)
-        init = np.zeros((R, n)) if init is None else init
-        key, stop = jax.random.PRNGKey(seed), p["interrupt_function"]
-        t = time.perf_counter_ns()
-        if p["num_sweeps"] == 0:
-            return np.where(init != 0, init, np.asarray(jax.random.rademacher(key, init.shape))), [], False, t
-        calls = -(-R // READS_PER_CALL)
-        c = -(-R // calls)
-        width = n if width is None else width
-        init = np.pad(init, ((0, calls * c - R), (0, width - n)))  # padding reads and spins start at random
-        out, infos = [], []
-        for k in range(calls):
-            if k and stop is not None and stop():
-                break
-            spins, info = run(key if calls == 1 else jax.random.fold_in(key, k), init[k * c:(k + 1) * c], c)
-            out.append(np.asarray(spins)[:min(c, R - k * c), :n])
-            infos.append(info)
-        return np.concatenate(out), infos, len(out) < calls, t
-
     # ---- what a subclass supplies -------------------------------------------------------
 
     def _check(self, p: dict) -> Any:
@@ -248,7 +157,7 @@ class IsingSampler(dimod.Sampler):
 # anneal_gamma_schedule).
 # mode="anneal": an Ocean sampler is an optimizer unless told otherwise (dwave-samplers' SA, openjij, a QPU)
 _SQA_DEFAULTS = dict(num_reads=10, num_sweeps=1000, trotter=8, gamma_schedule=None, beta=None,
-                     mode="anneal", thermal_sweeps=100, global_moves=True, **OCEAN_DEFAULTS)
+                     mode="anneal", thermal_sweeps=100, global_moves=True, **ocean.OCEAN_DEFAULTS)
 SAMPLE_DTYPE = jnp.float32  # SQASampler's kernel dtype
 THERMAL_BETA = 1.0
 THERMAL_GAMMA_SCHEDULE = ("linear", 3.0, 0.01)
@@ -397,11 +306,11 @@ class SQASampler(IsingSampler):
         sqa.check_config(num_sweeps=max(num_sweeps, 1), trotter=p["trotter"], gamma_schedule=schedule,
                          mode=p["mode"], num_reads=p["num_reads"], thermal_sweeps=p["thermal_sweeps"])
         check_beta(p["beta"], optional=True)
-        self._check_ocean(p)
+        ocean.check(p)
 
     def _properties(self) -> dict:
         return {"modes": sqa.MODES, "gamma_schedules": SQA_SCHEDULES,
-                "initial_states_generators": INITIAL_STATES_GENERATORS, "reads_per_call": READS_PER_CALL}
+                "initial_states_generators": ocean.INITIAL_STATES_GENERATORS, "reads_per_call": ocean.READS_PER_CALL}
 
     @staticmethod
     def _given(p):
@@ -452,18 +361,12 @@ class SQASampler(IsingSampler):
                                   global_moves=bool(p["global_moves"]), classes=classes,
                                   init=jnp.asarray(init, SAMPLE_DTYPE))
 
-        spins, infos, interrupted, t = self._reads(bqm, model.labels, p, seed, run, width=m)
+        spins, infos, interrupted, t = ocean.reads(bqm, model.labels, p, seed, run, width=m)
         # acceptance rates count the padding spins too; energies come from the BQM itself
         info = _merge_calls(infos) if infos else {}
         info.update(beta=beta, gamma_schedule=schedule, derived=derived, interrupted=interrupted,
                     sweep="colour classes" if sparse else "systematic")
         return spins, model.labels, info, t
-
-
-def _positions(variables, labels) -> list:
-    """The position in ``variables`` of each of ``labels`` (a dict: O(n))."""
-    pos = {v: i for i, v in enumerate(variables)}
-    return [pos[v] for v in labels]
 
 
 def _merge_calls(infos: list) -> dict:

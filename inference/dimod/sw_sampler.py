@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from isingattn.errors import IsingInputError
-from isingattn.inference.dimod.samplers import OCEAN_DEFAULTS, PAD_TO, IsingSampler, check_beta, edge_list
+from isingattn.inference.dimod import ocean
+from isingattn.inference.dimod.ocean import OCEAN_DEFAULTS
+from isingattn.inference.dimod.samplers import PAD_TO, IsingSampler, check_beta, edge_list
 from isingattn.inference.mcmc.swendsen_wang import SwendsenWang
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
@@ -86,7 +88,7 @@ class SwendsenWangSampler(IsingSampler):
     def _check(self, p) -> SwendsenWang:
         own = "SwendsenWangSampler"
         check_beta(p["beta"])
-        self._check_ocean(p)
+        ocean.check(p)
         num_sweeps = nonneg_int("num_sweeps", p["num_sweeps"], owner=own)  # 0: the initial states, unchanged
         return SwendsenWang(num_warmup=max(num_sweeps, 1) - 1, num_samples=1,
                             num_chains=positive_int("num_reads", p["num_reads"], owner=own), diagnostics=False,
@@ -132,5 +134,5 @@ class SwendsenWangSampler(IsingSampler):
             out = dataclasses.replace(engine, num_chains=c, init=init).marginals(model, key=key)
             return np.asarray(out.samples)[:, :n] * tau, {}
 
-        spins, _, interrupted, t = self._reads(bqm, labels, p, seed, run, width=m)
+        spins, _, interrupted, t = ocean.reads(bqm, labels, p, seed, run, width=m)
         return spins, labels, {"gauge_flips": int(np.sum(tau < 0)), "interrupted": interrupted}, t

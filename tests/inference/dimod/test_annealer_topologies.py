@@ -25,7 +25,8 @@ from _xla import RUN_BOUND_OPTIONS
 from isingattn.errors import IsingInputError
 from isingattn.inference.dimod import DQASampler, SQASampler
 from isingattn.inference.dimod.pt_sampler import PTSampler
-from isingattn.inference.dimod.samplers import READS_PER_CALL, anneal_beta
+from isingattn.inference.dimod.ocean import READS_PER_CALL
+from isingattn.inference.dimod.samplers import anneal_beta
 from isingattn.inference.dimod.sw_sampler import SwendsenWangSampler
 from isingattn.inference.mcmc import SQA
 from isingattn.model import IsingModel
