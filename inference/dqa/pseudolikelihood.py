@@ -81,7 +81,7 @@ def _pl_single(h, J, spins, w, b0, *, weighted: bool, max_iter: int):
 
     Written with the two features as separate [S, n] arrays and elementwise reductions
     (XLA fuses each evaluation into one pass; a 4-operand einsum over a stacked [S, n, 2]
-    feature array was ~50x slower on CPU)."""
+    feature array was far slower on CPU)."""
     dt = h.dtype
     S, n = spins.shape
     xh = spins * h  # s_i h_i, [S, n]

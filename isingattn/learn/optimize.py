@@ -155,8 +155,8 @@ def _iterate(state: OptState, args, l1, mask, tol, max_iter, fg, steps: int) -> 
 
 _iterate_jit = jax.jit(_iterate, static_argnames=("fg", "steps"))
 # For objectives that cost microseconds (PLM from pattern counts), compiling is the whole first call:
-# XLA:CPU's unoptimized backend with its elemental emitters compiles the L-BFGS program ~2.4x faster
-# (0.93 -> 0.39 s measured), and the run is a few ms either way. GEMM-bound objectives run ~3x slower so.
+# XLA:CPU's unoptimized backend with its elemental emitters compiles the L-BFGS program in well under
+# half the time, and the run is a few ms either way. GEMM-bound objectives run several times slower so.
 _FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 _iterate_fast_jit = jax.jit(_iterate, static_argnames=("fg", "steps"), compiler_options=_FAST_COMPILE)
 
