@@ -95,11 +95,12 @@ def test_every_sampler_passes_dimods_api_check(cls):
     sampler = cls()
     dimod.testing.assert_sampler_api(sampler)  # dimod's own conformance of parameters and properties
     json.dumps(sampler.properties)
-    if cls is not DQASampler:  # Ocean's names, as dwave-samplers' PathIntegralAnnealingSampler has them
-        from dwave.samplers import PathIntegralAnnealingSampler
+    from dwave.samplers import PathIntegralAnnealingSampler
 
-        ocean = {"num_reads", "num_sweeps", "seed", "initial_states", "initial_states_generator", "interrupt_function"}
-        assert ocean <= set(PathIntegralAnnealingSampler().parameters) and ocean <= set(sampler.parameters)
+    # Ocean's names, as dwave-samplers' PathIntegralAnnealingSampler has them (DQA counts Trotter steps, not sweeps)
+    ocean = {"num_reads", "seed", "initial_states", "initial_states_generator", "interrupt_function"}
+    ocean |= {"num_steps"} if cls is DQASampler else {"num_sweeps"}
+    assert ocean - {"num_steps"} <= set(PathIntegralAnnealingSampler().parameters) and ocean <= set(sampler.parameters)
 
 
 def test_anneal_defaults_from_the_edge_list_equal_the_dense_ones(spin_glass):
