@@ -54,7 +54,7 @@ class DQASampler(IsingSampler):
     The anneal fraction ``s`` runs ``A = 1 - s``, ``B = s`` (or ``schedule(s)``, a callable
     ``s -> (A, B)``). ``anneal_schedule`` is D-Wave's parameter: points ``[[t, s], ...]`` of a
     piecewise-linear ``s(t)`` (times in the units of ``tau``, whose role the last time
-    takes), checked by the QPU's rules (:func:`~isingattn.inference.dqa.circuit.check_anneal_schedule`).
+    takes), checked by the QPU's rules (``check_anneal_schedule`` in ``inference/dqa/circuit.py``).
     A schedule from ``(0, 0)`` is a forward anneal from ``|+⟩^n``. One that starts and ends
     at ``s = 1`` is a *reverse anneal*, as on D-Wave's QPU (``initial_state`` with such an
     ``anneal_schedule``; Ocean's ``ReverseBatchStatesComposite`` for several states): each
@@ -64,7 +64,7 @@ class DQASampler(IsingSampler):
     schedule; a reversal point ``s = 1`` applies no transverse field and returns every
     initial state unchanged.
 
-    Ocean's parameters (:mod:`~isingattn.inference.dimod.ocean`, shared with SQASampler):
+    Ocean's parameters (``inference/dimod/ocean.py``, shared with SQASampler):
 
     * ``initial_states`` (samples-like; ±1 for a SPIN BQM, 0/1 for a BINARY one) with
       ``initial_states_generator`` (``"random"``: reads beyond the given states start in a
