@@ -6,6 +6,8 @@ of the uninterrupted run.
 
 Cost: one 3-spin BQM and one ``num_steps`` throughout, so the module compiles one program."""
 
+import json
+
 import dimod
 import numpy as np
 import pytest
@@ -69,6 +71,7 @@ def test_reversal_point_one_returns_every_initial_state_exactly(sampler):
     got = ss.record.sample[:, [ss.variables.index(v) for v in LABELS]]
     np.testing.assert_array_equal(got, STATES[np.arange(6) % 2])
     assert ss.info["anneal"] == "reverse" and ss.info["initial_states_evolved"] == 2
+    json.dumps(ss.to_serializable())  # info included (the schedule, the timing)
     binary = BQM.change_vartype(dimod.BINARY, inplace=False)  # 0/1 states of a BINARY BQM, returned as 0/1
     ss = sampler.sample(binary, initial_states=((STATES + 1) // 2, LABELS), anneal_schedule=hold, num_reads=2, seed=0)
     np.testing.assert_array_equal(ss.record.sample[:, [ss.variables.index(v) for v in LABELS]], (STATES + 1) // 2)
