@@ -5,6 +5,7 @@ that SQASampler, PTSampler and SwendsenWangSampler share
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import NamedTuple, Optional
 
 import jax
@@ -26,6 +27,7 @@ _DQA_DEFAULTS = dict(num_reads=1, tau=12.0, num_steps=32, schedule="linear", ord
                      calibrate=None, calibration_steps=3, calibrate_from="state", anneal_schedule=None,
                      **ocean.OCEAN_DEFAULTS)
 _evolve = jax.jit(dqa_circuit.evolve)  # one basis state at a time: one program per n and num_steps
+CDF_CACHE_BYTES = 2**28  # the evolved states kept per sample call (float64 CDFs; 32 at n = 20)
 
 
 class _Plan(NamedTuple):
@@ -72,7 +74,8 @@ class DQASampler(IsingSampler):
       anneal starts from. They need a reverse ``anneal_schedule`` (as on the QPU, where an
       initial state without one is an error). A reverse schedule without ``initial_states``
       starts every read in a random state. One statevector evolution per distinct initial
-      state (reads from the same state are shots of the same final state); D-Wave's
+      state (reads from the same state are shots of the same final state; the final states
+      kept are capped at ``CDF_CACHE_BYTES``, 256 MiB: 32 states at n = 20); D-Wave's
       ``reinitialize_state=False`` (each read starting where the last ended) is not offered.
     * ``interrupt_function``: a reverse anneal runs its reads in calls of at most
       ``READS_PER_CALL`` (each evolving the call's new initial states); before each call after
@@ -146,7 +149,7 @@ class DQASampler(IsingSampler):
         if p["num_steps"] == 0 or plan.path is not None and plan.path.reverse:
             run = None if p["num_steps"] == 0 else _ReverseAnneal(model, plan, p)
             spins, _, interrupted, t = ocean.reads(bqm, model.labels, p, seed, run, length=p["num_steps"])
-            evolved = 0 if run is None else len(run.cdf)
+            evolved = 0 if run is None else run.evolved
             return spins, model.labels, {"interrupted": interrupted, "initial_states_evolved": evolved}, t
         t = time.perf_counter_ns()
         samples, _, run_info = plan.engine.run(model, key=jax.random.PRNGKey(seed))
@@ -158,11 +161,13 @@ class _ReverseAnneal:
     """``run(key, init, c)`` of :func:`~isingattn.inference.dimod.ocean.reads` for a reverse
     anneal: ``c`` reads from the classical states ``init [c, n]`` (±1; 0: a uniformly random
     state from the key). Each distinct state is evolved once per ``sample`` call (its
-    ``|ψ|²`` kept as a CDF); a read is one shot of it (inverse CDF)."""
+    ``|ψ|²`` kept as a CDF, least recently used first dropped beyond ``CDF_CACHE_BYTES``);
+    a read is one shot of it (inverse CDF)."""
 
     def __init__(self, model: IsingModel, plan: _Plan, p: dict):
         n, dtype = model.n, model.dtype
-        self.n, self.num_reads, self.seen, self.cdf = n, p["num_reads"], 0, {}
+        self.n, self.num_reads, self.seen, self.evolved, self.cdf = n, p["num_reads"], 0, 0, OrderedDict()
+        self.keep = max(1, CDF_CACHE_BYTES // (8 * 2**n))
         self.E = energy(model.h, model.J, spin_table(n, dtype))  # [2^n], spin j is bit n-1-j
         phase, mix = dqa_circuit.schedule_coefficients(plan.path.duration, p["num_steps"], plan.path, p["order"])
         self.phase, self.mix = np.asarray(phase, dtype), np.asarray(mix, dtype)
@@ -177,9 +182,13 @@ class _ReverseAnneal:
         out = idx.copy()
         for r in range(real):
             i = int(idx[r])
-            if i not in self.cdf:
+            if i in self.cdf:
+                self.cdf.move_to_end(i)
+            else:
                 psi = np.asarray(_evolve(self.E, self.phase, self.mix, i), np.complex128)
-                self.cdf[i] = np.cumsum(np.abs(psi) ** 2)
+                self.cdf[i], self.evolved = np.cumsum(np.abs(psi) ** 2), self.evolved + 1
+                if len(self.cdf) > self.keep:
+                    self.cdf.popitem(last=False)
             cdf = self.cdf[i]
             out[r] = min(np.searchsorted(cdf, u[r] * cdf[-1], side="right"), cdf.size - 1)
         return np.asarray(spins_from_index(out.astype(np.int32), self.n, self.E.dtype)), {}

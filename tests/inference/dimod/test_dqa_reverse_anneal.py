@@ -127,6 +127,18 @@ def test_interrupt_seed_and_random_starts(sampler):
     assert 1 < free.info["initial_states_evolved"] <= 8
 
 
+def test_capped_cache_evolves_again_and_gives_the_same_reads(sampler, monkeypatch):
+    from isingattn.inference.dimod import dqa_sampler
+
+    kw = dict(initial_states=(STATES, LABELS), initial_states_generator="tile", anneal_schedule=REVERSE, num_reads=6,
+              seed=2)
+    full = sampler.sample(BQM, **kw)
+    monkeypatch.setattr(dqa_sampler, "CDF_CACHE_BYTES", 8 * 2**3)  # room for one final state of 3 spins
+    capped = sampler.sample(BQM, **kw)
+    assert (full.info["initial_states_evolved"], capped.info["initial_states_evolved"]) == (2, 6)  # tile alternates
+    np.testing.assert_array_equal(capped.record.sample, full.record.sample)
+
+
 @pytest.mark.parametrize("vartype", [dimod.SPIN, dimod.BINARY])
 def test_a_zero_length_anneal_returns_the_initial_states(vartype):
     bqm = BQM.change_vartype(vartype, inplace=False)
