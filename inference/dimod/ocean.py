@@ -1,5 +1,6 @@
 """Ocean's sampler parameters, handled once for the samplers of this package that take them
-(:class:`~isingattn.inference.dimod.samplers.SQASampler`, ``PTSampler``, ``SwendsenWangSampler``):
+(:class:`~isingattn.inference.dimod.samplers.SQASampler`, ``PTSampler``, ``SwendsenWangSampler``,
+``DQASampler``):
 ``initial_states`` with ``initial_states_generator`` (dimod's ``Initialized`` semantics),
 ``interrupt_function`` (asked between compiled calls of at most ``READS_PER_CALL`` reads) and
 ``num_sweeps=0`` (the initial states returned as they are).
@@ -72,7 +73,7 @@ def check(p: dict) -> None:
         raise IsingTypeError("interrupt_function must be None or a callable of no arguments that returns True to "
                              f"stop sampling; got {type(p['interrupt_function']).__name__}.")
 
-def reads(bqm, labels, p: dict, seed: int, run, *, width: Optional[int] = None):
+def reads(bqm, labels, p: dict, seed: int, run, *, width: Optional[int] = None, length: Optional[int] = None):
     """The reads of a sampler with Ocean's parameters: ``(spins [reads, n], infos, interrupted, t)``.
 
     ``run(key, init, c)`` makes ``c`` reads from ``init [c, width]`` (±1, or 0 where a
@@ -81,15 +82,16 @@ def reads(bqm, labels, p: dict, seed: int, run, *, width: Optional[int] = None):
     one compilation), call ``k`` with key ``fold_in(key, k)`` (one call: the key itself),
     so the reads depend on ``seed`` and ``num_reads`` only; ``interrupt_function`` is
     asked before each call after the first, and when it returns True the reads made so
-    far are returned (``interrupted``). ``num_sweeps=0`` returns the initial states
-    (reads without one: uniformly random, from the key) without calling ``run``. ``t`` is
-    ``time.perf_counter_ns()`` when the set-up ended."""
+    far are returned (``interrupted``). A zero-length run (``length``, default
+    ``p["num_sweeps"]``, is 0) returns the initial states (reads without one: uniformly
+    random, from the key) without calling ``run``. ``t`` is ``time.perf_counter_ns()``
+    when the set-up ended."""
     n, R = len(labels), p["num_reads"]
     init = initial_states(bqm, labels, p)
     init = np.zeros((R, n)) if init is None else init
     key, stop = jax.random.PRNGKey(seed), p["interrupt_function"]
     t = time.perf_counter_ns()
-    if p["num_sweeps"] == 0:
+    if (p["num_sweeps"] if length is None else length) == 0:
         return np.where(init != 0, init, np.asarray(jax.random.rademacher(key, init.shape))), [], False, t
     calls = -(-R // READS_PER_CALL)
     c = -(-R // calls)

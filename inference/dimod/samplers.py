@@ -10,7 +10,7 @@ BQM, BINARY models sampled as their SPIN equivalent and returned as 0/1, and a
 ``sample_ising`` / ``sample_qubo`` come from ``dimod.Sampler``. Ocean's ``initial_states``,
 ``initial_states_generator`` and ``interrupt_function`` are handled once, in ``ocean.py``
 (``ocean.reads``), for SQASampler,
-PTSampler and SwendsenWangSampler. A subclass supplies its
+PTSampler, SwendsenWangSampler and DQASampler. A subclass supplies its
 ``DEFAULTS``, :meth:`IsingSampler._check` (its own settings) and
 :meth:`IsingSampler._sample` (the algorithm, on the BQM's SPIN view).
 """

@@ -4,6 +4,7 @@ check of DQA's settings."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Union
 
@@ -28,6 +29,54 @@ def _schedule_fn(schedule: Schedule):
     raise IsingInputError(
         f"schedule must be 'linear' or a callable s -> (A(s), B(s)) on s = t/τ in [0, 1]; got {schedule!r}."
     )
+
+
+def check_anneal_schedule(points, *, owner: str = "DQASampler") -> tuple:
+    """D-Wave's ``anneal_schedule``: points ``(t, s)`` of a piecewise-linear anneal fraction
+    ``s(t)``, checked by the QPU's rules: at least 2 points, ``t`` starting at 0 and
+    increasing, ``s`` in ``[0, 1]`` and ending at 1; a forward anneal starts at ``(0, 0)``
+    with ``s`` nondecreasing, a reverse anneal starts at ``s = 1``. Returns the points as
+    a tuple of ``(float, float)`` (hashable: part of a static config)."""
+    try:
+        arr = np.asarray(points, np.float64)
+    except (TypeError, ValueError):
+        arr = np.empty((0,))
+    if arr.ndim != 2 or arr.shape[0] < 2 or arr.shape[1] != 2 or not np.all(np.isfinite(arr)):
+        raise IsingInputError(f"{owner}: anneal_schedule must be a list of at least 2 finite (t, s) points, e.g. "
+                              f"[[0, 1], [6, 0.45], [12, 1]] (a reverse anneal); got {points!r}.")
+    t, s = arr.T
+    if t[0] != 0 or np.any(np.diff(t) <= 0):
+        raise IsingInputError(f"{owner}: anneal_schedule's times must start at 0 and increase; got {t.tolist()}.")
+    if np.any((s < 0) | (s > 1)) or s[-1] != 1:
+        raise IsingInputError(f"{owner}: anneal_schedule's anneal fractions s must lie in [0, 1] and end at 1; "
+                              f"got {s.tolist()}.")
+    if s[0] not in (0.0, 1.0) or (s[0] == 0 and np.any(np.diff(s) < 0)):
+        raise IsingInputError(f"{owner}: anneal_schedule must start at s = 0 and rise (a forward anneal) or start "
+                              f"at s = 1 (a reverse anneal, from initial_states); got s = {s.tolist()}.")
+    return tuple((float(a), float(b)) for a, b in arr)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnealPath:
+    """A checked ``anneal_schedule`` (:func:`check_anneal_schedule`) as DQA's ``schedule``
+    callable: ``u = t/T ↦ base(s(uT))`` with ``T`` the last time and ``base`` the map
+    ``s ↦ (A(s), B(s))`` (``"linear"``: ``(1 - s, s)``). Frozen and hashable, so equal
+    schedules share one compilation."""
+
+    points: tuple
+    base: Schedule = "linear"
+
+    @property
+    def duration(self) -> float:
+        return self.points[-1][0]
+
+    @property
+    def reverse(self) -> bool:
+        return self.points[0][1] == 1.0
+
+    def __call__(self, u):
+        t, s = np.asarray(self.points).T
+        return _schedule_fn(self.base)(np.interp(np.asarray(u) * t[-1], t, s))
 
 
 def schedule_coefficients(tau: float, num_steps: int, schedule: Schedule = "linear", order: int = 2):
@@ -87,12 +136,14 @@ def _mixer(psi, theta, n):
     return psi.reshape(M, 2**n)
 
 
-def evolve(E, phase, mix):
-    """Run the circuit on ``|+⟩^n``.
+def evolve(E, phase, mix, start=None):
+    """Run the circuit on ``|+⟩^n``, or on basis states.
 
     Args:
         E: energies of the basis states, ``[..., 2^n]`` (real; float64 gives complex128).
         phase: ``[K+1]`` and mix ``[K]`` angles from :func:`schedule_coefficients`.
+        start: None (``|+⟩^n``), or basis indices ``[...]`` (int; the classical state
+            ``|z⟩`` that a reverse anneal starts in, one per row of ``E``).
 
     Returns the final state ``ψ [..., 2^n]`` (complex).
     """
@@ -106,7 +157,10 @@ def evolve(E, phase, mix):
     cdt = _complex_dtype(E.dtype)
     phase = jnp.asarray(phase, E.dtype)
     mix = jnp.asarray(mix, E.dtype)
-    psi = jnp.full(E2.shape, 2.0 ** (-n / 2), cdt)
+    if start is None:
+        psi = jnp.full(E2.shape, 2.0 ** (-n / 2), cdt)
+    else:
+        psi = jax.nn.one_hot(jnp.broadcast_to(jnp.asarray(start), batch).reshape(-1), N, dtype=cdt)
 
     def rotate(psi, p):  # exp(-i p E), elementwise
         return psi * jax.lax.complex(jnp.cos(p * E2), -jnp.sin(p * E2)).astype(cdt)
