@@ -33,7 +33,7 @@ class PTSampler(IsingSampler):
     steps of PT, during which the ladder adapts), ``num_replicas`` (16), ``beta_min`` (0.0,
     the hot end), ``seed``, and Ocean's ``initial_states`` (every replica of a read's chain
     starts there), ``initial_states_generator`` and ``interrupt_function``, with
-    SQASampler's semantics (``IsingSampler._reads``:
+    SQASampler's semantics (``ocean.reads``:
     reads in calls of at most ``READS_PER_CALL``, the interrupt asked between calls,
     ``num_sweeps=0`` returns the initial states).
 

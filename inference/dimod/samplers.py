@@ -278,7 +278,7 @@ class SQASampler(IsingSampler):
     ran about 10x slower on a CPU); energies are the BQM's own.
 
     Ocean's parameters, as dwave-samplers names them (handled by the base,
-    ``IsingSampler._reads``, as in PTSampler and SwendsenWangSampler):
+    ``ocean.reads``, as in PTSampler and SwendsenWangSampler):
 
     * ``initial_states`` (samples-like, ``dimod.as_samples``: an array with labels, dicts,
       a sample set; values ±1 for a SPIN BQM, 0/1 for a BINARY one): every Trotter slice of

@@ -67,7 +67,7 @@ class SwendsenWangSampler(IsingSampler):
     change the distribution), ``num_sweeps`` (100 cluster moves per read), ``seed``, and
     Ocean's ``initial_states`` (a read's chain starts there), ``initial_states_generator``
     and ``interrupt_function``, with SQASampler's semantics
-    (``IsingSampler._reads``: reads in calls of at
+    (``ocean.reads``: reads in calls of at
     most ``READS_PER_CALL``, the interrupt asked between calls, ``num_sweeps=0`` returns the
     initial states). Each read is the final state of its own chain, so reads are
     independent and the set is reproducible from the seed.
