@@ -161,7 +161,7 @@ def main(argv=None) -> int:
         base = res.get((label, f"{kind}-softmax-{T}"))
         per = r["median_s"] / r["batch"]
         ratio = "-" if base is None or variant == "softmax" else f"{per / (base['median_s'] / base['batch']):.1f}x"
-        # the same ratio in CPU seconds (all threads): softmax spreads over the cores, Banded's kernel does not
+        # the same ratio in CPU seconds (all threads): it moves less with the load of a shared machine
         cpu = ("-" if base is None or variant == "softmax" or not r.get("cpu_s") or not base.get("cpu_s")
                else f"{(r['cpu_s'] / r['batch']) / (base['cpu_s'] / base['batch']):.1f}x")
         rows.append((label, name, T, str(r["batch"]), f"{r['median_s'] * 1e3:.1f} ms", f"{r['best_s'] * 1e3:.1f} ms",

@@ -12,7 +12,8 @@
 //
 // V rows of one group run together, one per SIMD lane: every array is [state][lane], so each loop is a
 // plain lane-parallel multiply-add whatever the bit p, and the tables K_t, shared by the group, are
-// broadcast. Messages are rescaled at every step by a power of two (exact) that brings their max into
+// broadcast. The blocks of V rows run on XLA's intra-op threads (those of the CPU client: one per usable
+// core), each thread with its own buffers and tables. Messages are rescaled at every step by a power of two (exact) that brings their max into
 // [1, 2), folded into the next step's field factor. Rows of different lengths (causal prefixes) share a
 // block: the backward message of a row is 0 until its last spin, where it starts at 1.
 //
