@@ -17,8 +17,8 @@ Times are after compile, median (and best) of ``--repeats`` calls; ``compile`` i
 are per sequence against softmax at the same T and the same kind of row. ``--ref COMMIT`` runs the same
 rows on another commit of this repository as well (``git archive`` into a temporary package layout, put
 first on PYTHONPATH), so that old and new are measured in one run (``--ref HEAD``: the working tree
-against its last commit). On a CPU, Banded runs the native kernel (inference/native.cc) where it
-builds; ``ISINGATTN_NATIVE=0`` times the XLA graph (inference/banded_vjp.py) instead.
+against its last commit). On a CPU, Banded runs the native kernel (inference/banded/native.cc) where it
+builds; ``ISINGATTN_NATIVE=0`` times the XLA graph (inference/banded/vjp.py) instead.
 
 Targets: the hJ + Banded(8) training step ≤ 5x softmax per sequence at T = 256, ≤ 3x at
 T = 64, compile ≤ 60 s.
