@@ -13,9 +13,10 @@
 // V rows of one group run together, one per SIMD lane: every array is [state][lane], so each loop is a
 // plain lane-parallel multiply-add whatever the bit p, and the tables K_t, shared by the group, are
 // broadcast. The blocks of V rows run on XLA's intra-op threads (those of the CPU client: one per usable
-// core), each thread with its own buffers and tables. Messages are rescaled at every step by a power of two (exact) that brings their max into
-// [1, 2), folded into the next step's field factor. Rows of different lengths (causal prefixes) share a
-// block: the backward message of a row is 0 until its last spin, where it starts at 1.
+// core), each thread with its own buffers and tables. Messages are rescaled at every step by a power of
+// two (exact) that brings their max into [1, 2), folded into the next step's field factor. Rows of
+// different lengths (causal prefixes) share a block: the backward message of a row is 0 until its last
+// spin, where it starts at 1.
 //
 // The VJP is the tangent of forward–backward along h + eps g (g: the cotangent of the means): for
 // G = sum_j g_j s_j, d/deps <s_t> = beta Cov(G, s_t) is the cotangent of h_t, and d/deps <s_t s_u> that of
