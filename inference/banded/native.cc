@@ -545,15 +545,16 @@ ffi::Error run(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::A
 }
 
 template <typename T>
-ffi::Error forward(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta, ffi::AnyBuffer lengths,
-                   ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> log_z, ffi::Result<ffi::AnyBuffer> lost) {
+ffi::Error forward(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta,
+                   ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> log_z,
+                   ffi::Result<ffi::AnyBuffer> lost) {
   return run<T, false>(pool, h, jw, beta, lengths, nullptr, nullptr, mean->typed_data<T>(), log_z->typed_data<T>(),
                        lost->typed_data<T>(), nullptr, nullptr);
 }
 
 template <typename T>
-ffi::Error backward(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta, ffi::AnyBuffer lengths,
-                    ffi::AnyBuffer gm, ffi::AnyBuffer glz, ffi::Result<ffi::AnyBuffer> gh,
+ffi::Error backward(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta,
+                    ffi::AnyBuffer lengths, ffi::AnyBuffer gm, ffi::AnyBuffer glz, ffi::Result<ffi::AnyBuffer> gh,
                     ffi::Result<ffi::AnyBuffer> gjw) {
   return run<T, true>(pool, h, jw, beta, lengths, gm.typed_data<T>(), glz.typed_data<T>(), nullptr, nullptr, nullptr,
                       gh->typed_data<T>(), gjw->typed_data<T>());
