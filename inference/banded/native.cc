@@ -12,9 +12,11 @@
 //
 // V rows of one group run together, one per SIMD lane: every array is [state][lane], so each loop is a
 // plain lane-parallel multiply-add whatever the bit p, and the tables K_t, shared by the group, are
-// broadcast. Messages are rescaled at every step by a power of two (exact) that brings their max into
-// [1, 2), folded into the next step's field factor. Rows of different lengths (causal prefixes) share a
-// block: the backward message of a row is 0 until its last spin, where it starts at 1.
+// broadcast. The blocks of V rows run on XLA's intra-op threads (those of the CPU client: one per usable
+// core), each thread with its own buffers and tables. Messages are rescaled at every step by a power of
+// two (exact) that brings their max into [1, 2), folded into the next step's field factor. Rows of
+// different lengths (causal prefixes) share a block: the backward message of a row is 0 until its last
+// spin, where it starts at 1.
 //
 // The VJP is the tangent of forward–backward along h + eps g (g: the cotangent of the means): for
 // G = sum_j g_j s_j, d/deps <s_t> = beta Cov(G, s_t) is the cotangent of h_t, and d/deps <s_t s_u> that of
@@ -29,10 +31,14 @@
 // `lost` is the log of the sum of these first-order bounds over the steps (inf when a message vanished).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -421,76 +427,136 @@ ffi::Error check(ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer lengths, Sh
   return ffi::Error::Success();
 }
 
-// Rows of every group in blocks of V: fill the block's lane-major inputs, run it, hand its lanes back.
+// The work of one call, shared by the threads that run it. Units: the blocks of V rows of a group, dealt to
+// a fixed number of slices per group (block b to slice b mod NS), each slice summing its own gradient of
+// jw: the result does not depend on how many threads run the slices or in which order.
 template <typename T, bool GRAD>
-ffi::Error run(ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta_b, ffi::AnyBuffer lengths, const T* gm,
-               const T* glz, T* mean, T* log_z, T* lost, T* gh, T* gjw) {
-  Shapes s;
-  if (auto e = check(h, jw, lengths, &s); e.failure()) return e;
-  const int n = int(s.n), w = int(s.w), S = 1 << w;
-  const T beta = beta_b.typed_data<T>()[0];
-  const T* hd = h.typed_data<T>();
-  const int32_t* lens = lengths.typed_data<int32_t>();
-  std::vector<T> K((int64_t)n * 2 * S), out_rows((int64_t)V * n);
-  std::vector<double> shift(n), gB(GRAD ? (int64_t)n * w : 0);
-  Work<T> W(n, w, GRAD);
-  const int64_t per = s.R / s.G;
-  for (int64_t g = 0; g < s.G; ++g) {
-    build_tables(jw.typed_data<T>() + g * n * w, n, w, beta, K.data(), shift.data());
-    if (GRAD) std::fill(gB.begin(), gB.end(), 0.0);
-    for (int64_t i0 = g * per; i0 < (g + 1) * per; i0 += V) {
-      int len[V];
+struct Job {
+  const T *h, *jw, *gm, *glz;
+  const int32_t* lens;
+  T beta;
+  int n, w, NS;
+  int64_t G, per, nblk;
+  T *mean, *log_z, *lost, *gh;
+  std::vector<double> gB;  // [G][NS][n][w]
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t done = 0;
+  int64_t units() const { return G * NS; }
+};
+
+// Claim units until none is left. A thread that starts after the last claim returns without touching the
+// call's buffers (the Job outlives the call: the tasks own it too).
+template <typename T, bool GRAD>
+void drain(Job<T, GRAD>& J) {
+  const int n = J.n, w = J.w, S = 1 << w;
+  std::unique_ptr<Work<T>> W;
+  std::vector<T> K, out_rows;
+  std::vector<double> shift;
+  int64_t cur = -1;
+  for (;;) {
+    const int64_t u = J.next.fetch_add(1);
+    if (u >= J.units()) return;
+    if (!W) {
+      W.reset(new Work<T>(n, w, GRAD));
+      K.resize((int64_t)n * 2 * S), out_rows.resize((int64_t)V * n), shift.resize(n);
+    }
+    const int64_t g = u / J.NS;
+    if (g != cur) build_tables(J.jw + g * n * w, n, w, J.beta, K.data(), shift.data()), cur = g;
+    double* gB = GRAD ? J.gB.data() + u * n * w : nullptr;
+    for (int64_t blk = u % J.NS; blk < J.nblk; blk += J.NS) {
+      const int64_t i0 = g * J.per + blk * V, end = (g + 1) * J.per;
+      int len[V], L = 0;
       bool live[V];
       T glzb[V];
       double lz[V], ls[V];
       for (int l = 0; l < V; ++l) {
         const int64_t i = i0 + l;
-        live[l] = i < (g + 1) * per;
-        len[l] = live[l] ? lens[i] : 1;
-        glzb[l] = GRAD && live[l] ? glz[i] : T(0);
-        for (int t = 0; t < n; ++t) {
-          const T bh = live[l] ? beta * hd[i * n + t] : T(0);
-          W.bh[t][l] = bh;
-          W.u[t][l] = std::exp(-2 * std::abs(bh));
-          if (GRAD) W.bg[t][l] = live[l] ? beta * gm[i * n + t] : T(0);
+        live[l] = i < end;
+        len[l] = live[l] ? J.lens[i] : 1;
+        L = std::max(L, len[l]);
+      }
+      for (int l = 0; l < V; ++l) {  // the block reads spins t < L only
+        const int64_t i = i0 + l;
+        glzb[l] = GRAD && live[l] ? J.glz[i] : T(0);
+        for (int t = 0; t < L; ++t) {
+          const T bh = live[l] ? J.beta * J.h[i * n + t] : T(0);
+          W->bh[t][l] = bh;
+          W->u[t][l] = std::exp(-2 * std::abs(bh));
+          if (GRAD) W->bg[t][l] = live[l] ? J.beta * J.gm[i * n + t] : T(0);
         }
         if (GRAD && live[l]) {  // a row without a cotangent adds nothing (and may be one whose messages failed)
           bool on = glzb[l] != 0;
-          for (int t = 0; t < n && !on; ++t) on = gm[i * n + t] != 0;
+          for (int t = 0; t < n && !on; ++t) on = J.gm[i * n + t] != 0;
           live[l] = on;
         }
       }
       std::fill(out_rows.begin(), out_rows.end(), T(0));
-      block<T, GRAD>(W, len, live, K.data(), beta, out_rows.data(), lz, ls, glzb, out_rows.data(), gB.data());
-      for (int l = 0; l < V && i0 + l < (g + 1) * per; ++l) {
+      block<T, GRAD>(*W, len, live, K.data(), J.beta, out_rows.data(), lz, ls, glzb, out_rows.data(), gB);
+      for (int l = 0; l < V && i0 + l < end; ++l) {
         const int64_t i = i0 + l;
-        std::copy(out_rows.begin() + l * n, out_rows.begin() + (l + 1) * n, (GRAD ? gh : mean) + i * n);
+        std::copy(out_rows.begin() + l * n, out_rows.begin() + (l + 1) * n, (GRAD ? J.gh : J.mean) + i * n);
         if (!GRAD) {
           double sh = 0;
           for (int t = 0; t < len[l]; ++t) sh += shift[t];
-          log_z[i] = T(lz[l] + sh);
-          lost[i] = T(ls[l]);
+          J.log_z[i] = T(lz[l] + sh);
+          J.lost[i] = T(ls[l]);
         }
       }
     }
-    if (GRAD)
-      for (int64_t k = 0; k < (int64_t)n * w; ++k) gjw[g * n * w + k] = T(gB[k]);
+    std::lock_guard<std::mutex> lock(J.mu);
+    if (++J.done == J.units()) J.cv.notify_all();
   }
+}
+
+constexpr int kSlices = 16;  // per group: enough to keep the threads of a CPU's pool evenly busy
+
+// Rows of every group in blocks of V, over XLA's intra-op threads (the calling thread takes part).
+template <typename T, bool GRAD>
+ffi::Error run(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta_b,
+               ffi::AnyBuffer lengths, const T* gm, const T* glz, T* mean, T* log_z, T* lost, T* gh, T* gjw) {
+  Shapes s;
+  if (auto e = check(h, jw, lengths, &s); e.failure()) return e;
+  auto job = std::make_shared<Job<T, GRAD>>();
+  Job<T, GRAD>& J = *job;
+  J.h = h.typed_data<T>(), J.jw = jw.typed_data<T>(), J.gm = gm, J.glz = glz, J.lens = lengths.typed_data<int32_t>();
+  J.beta = beta_b.typed_data<T>()[0];
+  J.n = int(s.n), J.w = int(s.w), J.G = s.G, J.per = s.R / s.G, J.nblk = (J.per + V - 1) / V;
+  J.NS = int(std::min<int64_t>(J.nblk, kSlices));
+  J.mean = mean, J.log_z = log_z, J.lost = lost, J.gh = gh;
+  const int64_t nw = (int64_t)J.n * J.w;
+  if (GRAD) J.gB.assign(J.units() * nw, 0.0);
+  const int64_t threads = std::min<int64_t>(std::max<int64_t>(pool.num_threads(), 1), J.units());
+  for (int64_t i = 1; i < threads; ++i) pool.Schedule([job] { drain(*job); });
+  drain(J);
+  {
+    std::unique_lock<std::mutex> lock(J.mu);
+    J.cv.wait(lock, [&] { return J.done == J.units(); });
+  }
+  if (GRAD)
+    for (int64_t g = 0; g < J.G; ++g)
+      for (int64_t k = 0; k < nw; ++k) {
+        double sum = 0;
+        for (int sl = 0; sl < J.NS; ++sl) sum += J.gB[(g * J.NS + sl) * nw + k];
+        gjw[g * nw + k] = T(sum);
+      }
   return ffi::Error::Success();
 }
 
 template <typename T>
-ffi::Error forward(ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta, ffi::AnyBuffer lengths,
-                   ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> log_z, ffi::Result<ffi::AnyBuffer> lost) {
-  return run<T, false>(h, jw, beta, lengths, nullptr, nullptr, mean->typed_data<T>(), log_z->typed_data<T>(),
+ffi::Error forward(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta,
+                   ffi::AnyBuffer lengths, ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> log_z,
+                   ffi::Result<ffi::AnyBuffer> lost) {
+  return run<T, false>(pool, h, jw, beta, lengths, nullptr, nullptr, mean->typed_data<T>(), log_z->typed_data<T>(),
                        lost->typed_data<T>(), nullptr, nullptr);
 }
 
 template <typename T>
-ffi::Error backward(ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta, ffi::AnyBuffer lengths,
-                    ffi::AnyBuffer gm, ffi::AnyBuffer glz, ffi::Result<ffi::AnyBuffer> gh,
+ffi::Error backward(ffi::ThreadPool pool, ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta,
+                    ffi::AnyBuffer lengths, ffi::AnyBuffer gm, ffi::AnyBuffer glz, ffi::Result<ffi::AnyBuffer> gh,
                     ffi::Result<ffi::AnyBuffer> gjw) {
-  return run<T, true>(h, jw, beta, lengths, gm.typed_data<T>(), glz.typed_data<T>(), nullptr, nullptr, nullptr,
+  return run<T, true>(pool, h, jw, beta, lengths, gm.typed_data<T>(), glz.typed_data<T>(), nullptr, nullptr, nullptr,
                       gh->typed_data<T>(), gjw->typed_data<T>());
 }
 
@@ -499,6 +565,7 @@ ffi::Error backward(ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta, ff
 #define ISINGATTN_FORWARD(NAME, T)                                                           \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, forward<T>,                                              \
                                 ffi::Ffi::Bind()                                               \
+                                    .Ctx<ffi::ThreadPool>()                                    \
                                     .Arg<ffi::AnyBuffer>()                                     \
                                     .Arg<ffi::AnyBuffer>()                                     \
                                     .Arg<ffi::AnyBuffer>()                                     \
@@ -509,6 +576,7 @@ ffi::Error backward(ffi::AnyBuffer h, ffi::AnyBuffer jw, ffi::AnyBuffer beta, ff
 #define ISINGATTN_BACKWARD(NAME, T)                                                          \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, backward<T>,                                             \
                                 ffi::Ffi::Bind()                                               \
+                                    .Ctx<ffi::ThreadPool>()                                    \
                                     .Arg<ffi::AnyBuffer>()                                     \
                                     .Arg<ffi::AnyBuffer>()                                     \
                                     .Arg<ffi::AnyBuffer>()                                     \

@@ -3,7 +3,8 @@
 The blocked path (``banded_vjp``) is an XLA graph of small GEMMs and elementwise steps; on a CPU most
 of its time is per-op overhead and traffic through memory. ``native.cc`` runs the same
 forward–backward one chain at a time, per spin, with the chain's messages in cache, and its VJP as the
-tangent of forward–backward (the algorithm is in that file's header). Same inputs, same outputs
+tangent of forward–backward (the algorithm is in that file's header), over XLA's intra-op threads (one per
+usable core; ``taskset`` limits them): the results do not depend on their number. Same inputs, same outputs
 (``mean``, ``log_z`` and the underflow bound ``lost``), so ``_blocked_or_sweep`` treats both alike.
 
 Where it runs: the default backend is the CPU, the source compiles (a C++17 compiler, ``$CXX`` or
