@@ -54,19 +54,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.driver import (  # noqa: F401 (NOISE_CHUNK*, check_chain_settings: importable here)
-    NOISE_CHUNK,
-    NOISE_CHUNK_ELEMENTS,
-    SAMPLES_LIMIT_BYTES,
-    Schedule,
-    chain_diagnostics,
-    chain_keys,
-    check_chain_settings,
-    keeps_samples,
-    noise_chunk,
-    run,
-)
-from isingattn.inference.mcmc.gibbs_kernel import GibbsState, gibbs_sweep, init_spins, spin_major_sweep, sweep_thresholds
+from isingattn.inference.mcmc.driver import (Schedule, chain_diagnostics, chain_keys, check_chain_settings,
+                                             keeps_samples, noise_chunk, run)
+from isingattn.inference.mcmc.gibbs_kernel import gibbs_sweep, init_spins, spin_major_sweep, sweep_thresholds
 from jax import lax
 
 from isingattn import prng
@@ -109,7 +99,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     The chains are a batch axis of one state (not a ``vmap``), so each block of the
     systematic scan is one GEMM over every chain and model. Each sweep is the kernel's
     :func:`spin_major_sweep` (what :func:`gibbs_sweep` runs), given noise drawn for
-    ``NOISE_CHUNK`` sweeps at once; the state carries each chain's energy, tracked from
+    ``driver.NOISE_CHUNK`` sweeps at once; the state carries each chain's energy, tracked from
     the sweeps' own energy changes and recomputed exactly once a chunk (no drift builds up).
 
     Args:
@@ -177,7 +167,7 @@ class Gibbs(ColouredSweep):
     the mean of ``s``: lower variance and never exactly ±1, see
     :mod:`isingattn.fluctuation`; recommended for training attention);
     ``keep_samples`` (return the float samples in ``Marginals.samples``; ``None``, the
-    default: when they take at most ``SAMPLES_LIMIT_BYTES``, 256 MiB. The draws are
+    default: when they take at most ``driver.SAMPLES_LIMIT_BYTES``, 256 MiB. The draws are
     always stored packed, 1 bit each; the mean, its gradient and the diagnostics are
     computed from those bits, so a million-spin lattice runs without its samples).
 
@@ -190,7 +180,7 @@ class Gibbs(ColouredSweep):
     * ``energy [*batch, chains, draws]``: ``E(s)`` of each kept draw (every ``thin``-th sweep
       after warmup, so its autocorrelation time is in units of ``thin`` sweeps), for
       integrated autocorrelation times and heat capacities. Tracked from each sweep's own
-      energy change (:class:`GibbsInfo`), recomputed exactly every ``NOISE_CHUNK`` sweeps.
+      energy change (:class:`GibbsInfo`), recomputed exactly every ``driver.NOISE_CHUNK`` sweeps.
     * ``r_hat``, ``ess``, ``mcse`` ``[*batch, n]`` (with ``diagnostics``): split
       R-hat and ESS (numpyro's estimators, computed in JAX so they work under
       jit), and the Monte Carlo standard error ``std / sqrt(ess)`` of each mean.

@@ -1,7 +1,8 @@
 """The heat-bath kernel that Gibbs runs: the chain state, the pure sweep
-(``gibbs_sweep(key, state, ...)``) with its heat-bath block update, the colour-class
-sweep and initial spins. The systematic scan is the shared skeleton of
-inference/mcmc/sweep.py."""
+(``step(key, state, ...)``, also named ``gibbs_sweep``) with its heat-bath block update,
+the colour-class sweep and initial spins (``init``, also ``init_spins``). The systematic
+scan is the shared skeleton of :mod:`~isingattn.inference.mcmc.sweep`; the run loop
+around the sweeps is :mod:`~isingattn.inference.mcmc.driver`."""
 
 from __future__ import annotations
 
@@ -206,6 +207,6 @@ def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
     return GibbsState(s)
 
 
-# ---------------------------------------------------------------------------------
-# Chains (shared by the engine and the MCMC kernel)
-# ---------------------------------------------------------------------------------
+# The uniform kernel names every chain kernel has (blackjax style): ``init`` and a pure ``step(key, state, ...)``.
+init = init_spins
+step = gibbs_sweep

@@ -69,12 +69,11 @@ from jax import lax
 from jax.sharding import Mesh
 
 from isingattn import validate as V
-from isingattn.diagnostics import known_constant, packed_spin_diagnostics
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.gibbs import check_chain_settings, keeps_samples
+from isingattn.inference.mcmc.driver import chain_diagnostics, check_chain_settings, keeps_samples
 from isingattn.inference.mcmc.houdayer import coupling_graph
 from isingattn.inference.mcmc import pt_ladder
 from isingattn.inference.mcmc.pt_ladder import barrier
@@ -341,7 +340,7 @@ class ParallelTempering(ColouredSweep):
             # chain brought states from β = 0 down to β at least MIN_ROUND_TRIPS times, it is
             # the right answer up to about 1 / round trips (spins frozen into the ground state)
             refreshed = (out["round_trips"].min(0) >= MIN_ROUND_TRIPS)[..., None] if self._hot_is_zero() else False
-            info.update(_spin_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold),
+            info.update(chain_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold),
                                           refreshed))
         if self.diagnostics:
             # a chain that never went cold → hot → cold, or a pair of replicas that never swapped,
@@ -377,17 +376,3 @@ class ParallelTempering(ColouredSweep):
                 f"{trips:.3g} per step. Raise num_samples, or num_replicas when some info['swap_rate'] is near 0 "
                 "or round trips are rare; see info['converged'], info['r_hat'], info['swap_rate'].")
 
-
-def _spin_diagnostics(words, D: int, C: int, h, J, beta, active, batch, n: int, dtype, rhat_threshold: float,
-                      refreshed=False) -> dict:
-    """Gibbs' diagnostics of the packed draws ``words [D/32, C, F]``: split R-hat, ESS and MCSE
-    from exact counts (:func:`~isingattn.diagnostics.packed_spin_diagnostics`), ``frozen`` and
-    ``converged`` by the rule every sampler shares (:func:`~isingattn.diagnostics.known_constant`).
-    The same calls as ``gibbs._gibbs_marginals`` (which inlines them); ``refreshed``
-    (broadcast to ``[*batch, n]``) adds the constants that PT's round trips vouch for."""
-    first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
-    known = known_constant(h, J, beta, first, C * D, active) | refreshed
-    rhat, ess, err, const = (v.reshape(batch + (n,)) for v in packed_spin_diagnostics(words, D, known.reshape(-1),
-                                                                                     dtype=dtype))
-    return dict(r_hat=rhat.astype(dtype), ess=ess.astype(dtype), mcse=err.astype(dtype), frozen=const & ~known,
-                converged=jnp.all(rhat < rhat_threshold, axis=-1))
