@@ -15,7 +15,9 @@ The run (:func:`~isingattn.inference.mcmc.pt_run.run_tempering`):
   pilot run on a fixed grid of β measures the energy's spread ``σ(β)``, whose integral
   ``Λ = ∫ σ/√π dβ`` is the communication barrier of Syed et al.; ``R = ⌈Λ / 0.4⌉ + 1``
   rungs then reject about 0.4 per pair after adaptation (:mod:`~isingattn.inference.mcmc.pt_ladder`;
-  ``info["barrier"]`` is ``Λ`` measured again on the run itself).
+  ``info["barrier"]`` is ``Λ`` measured again on the run itself). The pilot's key is fixed, so
+  its answer is a function of the model: it runs once per model content (parameters, mask,
+  dtype, sweep classes; the last ``PILOT_CACHE`` models are remembered), not on every call.
 * **Houdayer's cluster move** (``houdayer=None``, the default: on for a concrete model with
   no field and an even ``num_chains``) between chains ``2k`` and ``2k+1`` at the colder
   half of the rungs, after each sweep (:mod:`~isingattn.inference.mcmc.houdayer`). The paired chains are then
@@ -60,6 +62,7 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 import dataclasses
+import hashlib
 
 import equinox as eqx
 import jax
@@ -86,6 +89,20 @@ from isingattn.sparse import CouplingGraph, SparseCouplings
 MIN_ROUND_TRIPS = 10  # round trips per chain that make a constant spin an answer, not a frozen chain
 FALLBACK_REPLICAS = 32  # num_replicas=None on a model traced under jit (no pilot possible)
 PILOT_SEED, PILOT_CHAINS = 0, 4
+PILOT_CACHE = 64  # models whose pilot ladder size is remembered (by content: parameters, mask, dtype, classes)
+_PILOT_SIZES: dict = {}
+
+
+def _model_digest(model: IsingModel, classes) -> tuple:
+    """A key of a concrete model's content: equal for equal parameters, so the pilot runs once per model."""
+    J = model.J
+    parts = [model.h, J.weights if isinstance(J, SparseCouplings) else J, model.beta, model.active()]
+    d = hashlib.blake2b(digest_size=16)
+    for x in parts:
+        a = np.asarray(x) if x is not None else np.zeros(0)
+        d.update(f"{a.dtype}{a.shape}".encode())
+        d.update(np.ascontiguousarray(a).tobytes())
+    return (d.hexdigest(), J.graph if isinstance(J, SparseCouplings) else None, classes)
 
 
 def _as_ladder(x):
@@ -295,12 +312,19 @@ class ParallelTempering(ColouredSweep):
         G = pt_ladder.PILOT_RUNGS
         h, J, beta = model.h, model.J, model.beta
         J = J.astype(model.dtype) if isinstance(J, SparseCouplings) else J
-        # a fixed key: R is a function of the model alone (one compiled program for every user key)
-        out = pilot_run(jax.random.key(PILOT_SEED), h, J, beta, model.active(), tuple(model.batch_shape) + (model.n,),
-                     num_warmup=pt_ladder.PILOT_WARMUP, num_samples=pt_ladder.PILOT_STEPS, num_chains=PILOT_CHAINS,
-                     num_replicas=G, ladder=tuple(float(x) for x in np.linspace(1.0, 0.0, G)),
-                     classes=self._sweep_classes(model))  # no cluster move: one pilot program per structure
-        return pt_ladder.replicas_for_barrier(np.asarray(barrier(out["ladder"], out["energy_sd"])))
+        classes = self._sweep_classes(model)
+        # a fixed key: R is a function of the model alone, so one pilot serves every call on the same model
+        content = _model_digest(model, classes)
+        if content not in _PILOT_SIZES:
+            out = pilot_run(jax.random.key(PILOT_SEED), h, J, beta, model.active(), tuple(model.batch_shape) + (model.n,),
+                            num_warmup=pt_ladder.PILOT_WARMUP, num_samples=pt_ladder.PILOT_STEPS,
+                            num_chains=PILOT_CHAINS, num_replicas=G,
+                            ladder=tuple(float(x) for x in np.linspace(1.0, 0.0, G)),
+                            classes=classes)  # no cluster move: one pilot program per structure
+            _PILOT_SIZES[content] = pt_ladder.replicas_for_barrier(np.asarray(barrier(out["ladder"], out["energy_sd"])))
+            while len(_PILOT_SIZES) > PILOT_CACHE:
+                _PILOT_SIZES.pop(next(iter(_PILOT_SIZES)))
+        return _PILOT_SIZES[content]
 
     def _hot_is_zero(self) -> bool:
         return self.ladder[-1] == 0 if self.ladder is not None else self.beta_min == 0
