@@ -1,5 +1,7 @@
-"""The run of non-reversible parallel tempering (:func:`run_tempering`): the loop behind the
-engine ``"pt"`` (:mod:`~isingattn.inference.mcmc.pt`), on the kernel of
+"""The run of non-reversible parallel tempering (:func:`run_tempering`) behind the engine
+``"pt"`` (:mod:`~isingattn.inference.mcmc.pt`): its step and its statistics on the shared run
+loop (:func:`~isingattn.inference.mcmc.driver.run`, which packs the draws and keeps the energy
+trace as it does for Gibbs and Swendsen–Wang), on the kernel of
 :mod:`~isingattn.inference.mcmc.pt_kernel`, the ladder of
 :mod:`~isingattn.inference.mcmc.pt_ladder` and the cluster move of
 :mod:`~isingattn.inference.mcmc.houdayer`.
@@ -42,6 +44,8 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
 
     One loop over every step (warmup and sampling), so the sweep is compiled once; what a
     step records (ladder statistics, draws, stepping-stone terms) is selected by its index.
+    The noise of up to ``driver.NOISE_CHUNK`` steps' sweeps is drawn at once, each step's from
+    its own key as before.
 
     Args:
         h, J: ``h [*batch, n]``, ``J [*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
