@@ -37,7 +37,7 @@ from isingattn.energy import energy
 from isingattn.engine import Engine
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.inference.mcmc.driver import (Schedule, chain_diagnostics, chain_keys, check_chain_settings, keeps_samples,
-                                             noise_chunk, run)
+                                             run)
 from isingattn.inference.mcmc.gibbs import chain_init
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     bond_probabilities,
@@ -59,8 +59,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     Same schedule as :func:`isingattn.inference.mcmc.gibbs.run_chains`: ``num_warmup``
     discarded moves, then ``num_samples`` moves of which every ``thin``-th is kept
     (``D = num_samples // thin`` draws); the same per-chain keys and initial states. Each
-    move's random words come from the chain's key, split once per move (drawn for a chunk of
-    moves at once).
+    move's random words come from the chain's key, split once per move.
 
     The loop works in the kernel's node-major layout ``[n, *batch, C]`` (a neighbour's
     labels for every chain and model are one contiguous row).
@@ -94,19 +93,23 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     W = num_words(n, J)
     blocks = -(-(W * B) // 2)
 
-    def noise(k, t0, L):  # each move's words, from the chain's key split once per move
-        def one(k, _):
-            k, k_move = prng.split(k)  # raw key data [C, 2]
-            y0, y1 = prng.random_bits(k_move, blocks)  # [blocks, C] each
-            return k, jnp.concatenate([y0, y1])[: W * B].reshape((W,) + batch + (num_chains,))
-        return lax.scan(one, k, None, length=L)
+    def noise(k, t0, L):  # each move's key, the chain's key split once per move
+        return lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # raw key data [L, C, 2]
 
-    def step(t, bits, st):
+    def step(t, k_move, st):
         s, _ = st
+        # the move's words are drawn inside it: they are as many as the edges, and drawn for a
+        # chunk of moves at once they would cost a round trip through memory
+        y0, y1 = prng.random_bits(k_move, blocks)  # [blocks, C] each
+        bits = jnp.concatenate([y0, y1])[: W * B].reshape((W,) + batch + (num_chains,))
         new, _, rounds = sweep_with_bits(bits, s, probs, J)
-        return (new, lanes(energy(h, J, from_t(new)))), (0.5 * jnp.abs(new - s).sum(0), rounds)
+        # flips counted as a product with a row of ones (XLA:CPU's column sum over the spins is slow)
+        flips = (jnp.ones((1, n), dtype) @ (new != s).astype(dtype).reshape(n, -1)).reshape(new.shape[1:])
+        return (new, lanes(energy(h, J, from_t(new)))), (flips, rounds)
 
-    L = noise_chunk(schedule.total, W * B * num_chains)
+    # one move per chunk: a move (a labelling while_loop) nested in a chunk's inner loop ran 25%
+    # slower on XLA:CPU (benchmarks/swendsen_wang.py, L = 64), and bulk noise has nothing to gain here
+    L = 1
     _, _, trace, rounds = run(step, (s, jnp.zeros(batch + (num_chains,), dtype)), jax.random.key_data(k), noise,
                               schedule, target=lambda st: st, flips=lambda info: info[0], chunk=L,
                               extra=jnp.int32(0), accumulate=lambda t, st, info, r: jnp.maximum(r, info[1]))
