@@ -206,7 +206,11 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
 
     # chains axis of each carried array (None: replicated)
     state_axes, trace_axes, extra_axes = (2, 1, 1, None, 1), (2, 1, 0), (1, 0, 2, 2)
-    split = lambda xs, axes: type(xs)(*(x if a is None else split_along(x, mesh, a) for x, a in zip(xs, axes)))
+
+    def split(xs, axes):  # a tuple or a named tuple (the driver's Trace), each leaf split along its chains axis
+        out = [x if a is None else split_along(x, mesh, a) for x, a in zip(xs, axes)]
+        return type(xs)(*out) if hasattr(xs, "_fields") else tuple(out)
+
     constrain = None if mesh is None else (lambda st, tr, ex: (split(st, state_axes), split(tr, trace_axes),
                                                                split(ex, extra_axes)))
     zeros = lambda shp, dt=dtype: jnp.zeros(shp, dt)
