@@ -13,14 +13,20 @@ A 64×64 ±J periodic lattice (``h ~ N(0, 0.1²)``, β = 1), 16 chains, 100 draw
 * dwave SA: 16 reads of 100 sweeps at ``beta_schedule=[1.0] * 100`` (its final states only).
 
 Best of ``--repeats`` after one warm-up call each, round-robin so both see the same load.
+``--ref COMMIT`` runs the same calls on another commit of this repository too (``git archive``
+into a temporary package layout first on PYTHONPATH, as ``banded_vjp.py`` does), each tree in
+its own process with its own dwave SA row, and prints them side by side.
 
-Run:  python benchmarks/gibbs_as_called.py
+Run:  python benchmarks/gibbs_as_called.py [--ref COMMIT]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 import warnings
 
@@ -49,7 +55,11 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: the process's CPU seconds (all threads; dwave SA runs on one), steadier on a loaded machine")
+    p.add_argument("--ref", default=None, help="also run the calls on this commit, side by side")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.ref:
+        return side_by_side(a, argv if argv is not None else sys.argv[1:])
     import dimod
     from dwave.samplers import SimulatedAnnealingSampler
 
@@ -78,12 +88,45 @@ def main(argv=None):
             t = clock()
             jax.block_until_ready(f(r + 1))
             best[name] = min(best.get(name, np.inf), clock() - t)
+    if a.json:
+        print(json.dumps({name: t for name, t in best.items()}))
+        return
     print(f"# {a.size}x{a.size} ±J periodic lattice, h ~ N(0, 0.1²), β = {a.beta}, {C} chains x {D} draws; "
           f"jax {jax.__version__}, {os.cpu_count()} CPUs, 1-min load average {os.getloadavg()[0]:.2f}; best of {a.repeats}, "
           f"{'wall' if a.clock == 'wall' else 'CPU'} time")
     print("| call | best (ms) | M spin updates/s | / dwave SA |\n|---|---:|---:|---:|")
     for name, t in best.items():
         print(f"| {name} | {1e3 * t:.1f} | {n * C * D / t / 1e6:.1f} | {best['dwave SA'] / t:.2f}x |")
+
+
+def side_by_side(a, argv):
+    """Each tree's calls in its own process (this file, with the tree's package first on the path)."""
+    from banded_vjp import archive
+
+    args, skip = [], False
+    for x in argv:  # the same settings, without --ref
+        if skip or x == "--ref":
+            skip = not skip
+            continue
+        if not x.startswith("--ref="):
+            args.append(x)
+    res = {}
+    for label, path in (("work tree", None), (a.ref, archive(a.ref))):
+        env = dict(os.environ)
+        if path:
+            env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), *args, "--json"], env=env,
+                             capture_output=True, text=True, check=True)
+        res[label] = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"# {a.size}x{a.size} ±J periodic lattice, h ~ N(0, 0.1²), β = {a.beta}, {a.chains} chains x {a.draws} draws; "
+          f"jax {jax.__version__}, {os.cpu_count()} CPUs, 1-min load average at end {os.getloadavg()[0]:.2f}; best of "
+          f"{a.repeats}, {'wall' if a.clock == 'wall' else 'CPU'} time; each tree in its own process, work tree first")
+    labels = list(res)
+    print("| call | " + " | ".join(f"{x}: best (ms) | / dwave SA" for x in labels) + " |")
+    print("|---|" + "---:|---:|" * len(labels))
+    for name in res[labels[0]]:
+        cells = [f"{1e3 * res[x][name]:.1f} | {res[x]['dwave SA'] / res[x][name]:.2f}x" for x in labels]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

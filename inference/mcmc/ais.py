@@ -59,7 +59,7 @@ from isingattn.errors import IsingInputError
 from isingattn.fluctuation import weighted_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.gibbs import NOISE_CHUNK, NOISE_CHUNK_ELEMENTS
+from isingattn.inference.mcmc.driver import noise_chunk
 from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     SwendsenWangState,
@@ -111,7 +111,7 @@ def anneal(key, h, J, beta, active, shape, fractions, *, num_chains: int, sweeps
     s = init_spins(k_init, (num_chains,) + shape, active, dtype).spins  # exact at β = 0
     to_t = lambda x: jnp.moveaxis(x, -1, 0)  # [C, *batch, n] -> [n, C, *batch]
     from_t = lambda x: jnp.moveaxis(x, 0, -1)
-    L = max(1, min(NOISE_CHUNK, total, NOISE_CHUNK_ELEMENTS // max(num_chains * int(np.prod(shape)), 1)))
+    L = noise_chunk(total, num_chains * int(np.prod(shape)))
     keys = jax.random.split(k_run, -(-total // L))
 
     def sweep(t, carry, noise):

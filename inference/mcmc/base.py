@@ -10,11 +10,18 @@ to a prefix stay a proper colouring.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 from isingattn.engine import Engine
 from isingattn.inference.mcmc.coloring import schedule_classes
 from isingattn.model import IsingModel
+
+
+@functools.lru_cache(maxsize=32)
+def _with_classes(engine: Engine, classes: tuple) -> Engine:
+    """``engine`` set to sweep by ``classes``, once per engine and classes."""
+    return dataclasses.replace(engine, schedule="colored", colors=classes)
 
 
 class ColouredSweep(Engine):
@@ -29,7 +36,10 @@ class ColouredSweep(Engine):
         classes = schedule_classes(self.schedule, model.J, self.colors)
         if classes is None:
             return dataclasses.replace(self, schedule="systematic", colors=None)
-        return dataclasses.replace(self, schedule="colored", colors=classes)
+        try:  # a lattice's classes are thousands of indices, which equinox walks on every replace (ms)
+            return _with_classes(self, classes)
+        except TypeError:  # an engine with array fields (an initial state) is not hashable
+            return dataclasses.replace(self, schedule="colored", colors=classes)
 
     def _sweep_classes(self, model: IsingModel) -> Optional[tuple]:
         """The classes of this run cut to ``model``'s spins ``0..n-1`` (None: systematic)."""

@@ -54,40 +54,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.gibbs_kernel import (
-    GibbsState,
-    gibbs_sweep,
-    init_spins,
-    sweep_thresholds,
-    sweep_with_thresholds,
-)
+from isingattn.inference.mcmc.driver import (Schedule, chain_diagnostics, chain_keys, check_chain_settings,
+                                             keeps_samples, noise_chunk, run)
+from isingattn.inference.mcmc.gibbs_kernel import gibbs_sweep, init_spins, spin_major_sweep, sweep_thresholds
 from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import WORD, known_constant, packed_spin_diagnostics
 from isingattn.energy import energy
 from isingattn.inference.mcmc.base import ColouredSweep
-from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.marginals import Marginals
 from isingattn.model import IsingModel
 from isingattn.sparse import SparseCouplings
 
-NOISE_CHUNK = 32  # sweeps whose noise run_chains draws at once
-NOISE_CHUNK_ELEMENTS = 2**24
-SAMPLES_LIMIT_BYTES = 2**28  # keep_samples=None keeps float samples up to this size (256 MiB)
-
-
-
 # ---------------------------------------------------------------------------------
 # The pure kernel
 # ---------------------------------------------------------------------------------
-
-
-def chain_keys(key, num_chains: int):
-    """Per-chain keys exactly as ``numpyro.infer.MCMC`` derives them."""
-    return jax.random.split(key, num_chains) if num_chains > 1 else key[None]
 
 
 def chain_init(key, shape, active, dtype):
@@ -105,7 +88,8 @@ def chain_step(state, key, h, J, beta, classes):
 
 def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int,
                thin: int = 1, classes=None):
-    """Run ``num_chains`` chains of :func:`gibbs_sweep` in one loop over sweeps.
+    """Run ``num_chains`` chains of :func:`gibbs_sweep` on the shared run loop
+    (:func:`~isingattn.inference.mcmc.driver.run`).
 
     Same semantics as ``MCMC(num_warmup, num_samples, thinning=thin)``: warmup
     sweeps are discarded, then ``num_samples`` sweeps of which every ``thin``-th is
@@ -113,12 +97,10 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
     noise of ``IsingGibbsKernel`` run as chain ``c`` of a vectorized ``MCMC``.
 
     The chains are a batch axis of one state (not a ``vmap``), so each block of the
-    systematic scan is one GEMM over every chain and model. Each sweep is the public
-    kernel :func:`sweep_with_thresholds` (what :func:`gibbs_sweep` runs), given noise
-    drawn for ``NOISE_CHUNK`` sweeps at once.
-
-    The draws are stored packed 32 to a word as the loop goes (one bit per spin and
-    draw): a million-spin lattice's 16 chains × 100 draws take 200 MiB, not 6.4 GiB.
+    systematic scan is one GEMM over every chain and model. Each sweep is the kernel's
+    :func:`spin_major_sweep` (what :func:`gibbs_sweep` runs), given noise drawn for
+    ``driver.NOISE_CHUNK`` sweeps at once; the state carries each chain's energy, tracked from
+    the sweeps' own energy changes and recomputed exactly once a chunk (no drift builds up).
 
     Args:
         shape: ``(*batch, n)``, the spin shape of one chain.
@@ -129,97 +111,37 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
         :func:`~isingattn.fluctuation.unpack_samples`), the mean flip rate over the
         kept sweeps ``[C, *batch]``, and the energy of each draw ``[D, C, *batch]``.
     """
-    D = num_samples // thin
-    burn = num_warmup + num_samples % thin  # as fori_collect: keep the LAST sweep of each block
-    total = burn + D * thin
+    schedule = Schedule(num_warmup, num_samples, thin)
     dtype = h.dtype
     shape = tuple(shape)
     h = jnp.asarray(h, dtype)
     J = J.astype(dtype).with_table() if isinstance(J, SparseCouplings) else jnp.asarray(J, dtype)
 
     state, k = jax.vmap(lambda kc: chain_init(kc, shape, active, dtype))(chain_keys(key, num_chains))
-    # The loop carries spins, draws and noise in the kernel's own spin-major layout
-    # [n, C, *batch], so the layout moves around each sweep cancel inside it (in the
-    # state's layout they cost ~30% on a sparse lattice, where a sweep is O(E)).
+    # The loop carries spins and noise in the kernel's own spin-major layout [n, C, *batch],
+    # so no layout moves happen inside it.
     to_t = lambda x: jnp.moveaxis(x, -1, 0)  # [C, *batch, n] -> [n, C, *batch]
     from_t = lambda x: jnp.moveaxis(x, 0, -1)
     s = to_t(state.spins)
-    draws = jnp.zeros((-(-D // WORD),) + s.shape, jnp.uint32)  # packed: bit d % 32 of word d // 32
-    flips = jnp.zeros(s.shape, dtype)  # |s' - s| summed over the kept sweeps; reduced once at the end
-
-    # Sweep t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
-    # and are overwritten later, as are the first thin-1 sweeps of every block.
-    def sweep(t, carry, thresholds):
-        s, E, draws, energies, flips = carry
-        new, info = sweep_with_thresholds(from_t(thresholds), GibbsState(from_t(s)), h, J, classes)
-        new, E = to_t(new.spins), E + info.delta_energy
-        d = jnp.clip((t - burn) // thin, 0, D - 1)
-        bit = (d % WORD).astype(jnp.uint32)
-        word = lax.dynamic_index_in_dim(draws, d // WORD, 0, keepdims=False)
-        word = (word & ~(jnp.uint32(1) << bit)) | ((new > 0).astype(jnp.uint32) << bit)
-        draws = lax.dynamic_update_index_in_dim(draws, word, d // WORD, 0)
-        energies = lax.dynamic_update_index_in_dim(energies, E, d, 0)
-        flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
-        return new, E, draws, energies, flips
-
-    # The noise of NOISE_CHUNK sweeps is drawn at once (bigger fused Threefry calls),
-    # from the keys chain_step splits, at most NOISE_CHUNK_ELEMENTS numbers (64 MiB of
-    # float32) at a time. One loop over chunks, an inner one over the sweeps of a chunk
-    # (the last chunk may be partial: a dynamic trip count).
-    L = max(1, min(NOISE_CHUNK, total, NOISE_CHUNK_ELEMENTS // max(num_chains * int(np.prod(shape)), 1)))
     # batched keys [C, 2] give thresholds [*batch, n, C]
     noise_of = lambda keys: jnp.moveaxis(sweep_thresholds(keys, shape, dtype, beta), (-2, -1), (0, 1))
 
-    def chunk(c, carry):
-        s, k, draws, energies, flips = carry
-        # raw key data [C, 2]; prng.split is jax.random.split bit for bit, fused
+    def noise(k, t0, L):  # the keys chain_step splits; prng.split is jax.random.split bit for bit, fused
         k, keys = lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # keys [L, C, 2]
-        noise = jax.vmap(noise_of)(keys)  # [L, n, C, *batch]
-        # the energy exactly once a chunk, then the sweeps' own changes: no drift builds up
-        E = energy(h, J, from_t(s))
-        inner = lambda j, cr: sweep(c * L + j, cr, noise[j])
-        s, _, draws, energies, flips = lax.fori_loop(0, jnp.minimum(L, total - c * L), inner,
-                                                     (s, E, draws, energies, flips))
-        return s, k, draws, energies, flips
+        return k, jax.vmap(noise_of)(keys)  # [L, n, C, *batch]
 
-    energies = jnp.zeros((D,) + s.shape[1:], dtype)  # [D, C, *batch]
-    _, _, draws, energies, flips = lax.fori_loop(0, -(-total // L), chunk,
-                                                 (s, jax.random.key_data(k), draws, energies, flips))
+    def step(t, thresholds, st):
+        s, E = st
+        new, dE, flips = spin_major_sweep(thresholds, s, h, J, classes)
+        return (new, E + dE), flips
+
+    L = noise_chunk(schedule.total, num_chains * int(np.prod(shape)))
+    (_, _), _, trace, _ = run(step, (s, jnp.zeros(s.shape[1:], dtype)), jax.random.key_data(k), noise, schedule,
+                              target=lambda st: st, flips=lambda f: f, chunk=L,
+                              refresh=lambda st: (st[0], energy(h, J, from_t(st[0]))))
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
-    words = jnp.moveaxis(draws, 1, -1)  # [D/32, n, C, *batch] -> [D/32, C, *batch, n]
-    return words, 0.5 * flips.sum(0) / active_count / (D * thin), energies
-
-
-def check_chain_settings(engine, owner: str) -> None:
-    """The settings that Gibbs and the samplers built like it (Swendsen–Wang, parallel
-    tempering) share: ``num_warmup``, ``num_samples``, ``num_chains``, ``thin``,
-    ``diagnostics``, ``rao_blackwell``, ``keep_samples`` and ``rhat_threshold``, and enough
-    kept draws per chain (4 for split R-hat)."""
-    V.nonneg_int("num_warmup", engine.num_warmup, owner=owner)
-    for name in ("num_samples", "num_chains", "thin"):
-        V.positive_int(name, getattr(engine, name), owner=owner)
-    for name in ("diagnostics", "rao_blackwell"):
-        V.boolean(name, getattr(engine, name), owner=owner)
-    if engine.keep_samples is not None:
-        V.boolean("keep_samples", engine.keep_samples, owner=owner)
-    # R-hat is ≥ 1 up to noise: a threshold ≤ 1 could never be met
-    V.float_in("rhat_threshold", engine.rhat_threshold, 1.0, owner=owner, lo_open=True)
-    draws = engine.num_samples // engine.thin
-    need = 4 if engine.diagnostics else 1
-    if draws < need:
-        raise IsingInputError(
-            f"{owner} keeps num_samples // thin = {engine.num_samples} // {engine.thin} = {draws} draws per chain; "
-            f"need at least {need}{' for split R-hat' if engine.diagnostics else ''}. Raise num_samples or lower thin."
-        )
-
-
-def keeps_samples(engine, model: IsingModel) -> bool:
-    """Whether a chain engine returns float samples: ``engine.keep_samples``, or (None) when
-    its ``num_chains × draws`` samples of ``model`` take at most ``SAMPLES_LIMIT_BYTES``."""
-    if engine.keep_samples is not None:
-        return bool(engine.keep_samples)
-    size = engine.num_chains * (engine.num_samples // engine.thin) * model.n * int(np.prod(model.batch_shape, dtype=int))
-    return size * jnp.dtype(model.dtype).itemsize <= SAMPLES_LIMIT_BYTES
+    words = jnp.moveaxis(trace.words, 1, -1)  # [D/32, n, C, *batch] -> [D/32, C, *batch, n]
+    return words, trace.flips / active_count / (schedule.draws * thin), trace.energy
 
 
 # ---------------------------------------------------------------------------------
@@ -245,7 +167,7 @@ class Gibbs(ColouredSweep):
     the mean of ``s``: lower variance and never exactly ±1, see
     :mod:`isingattn.fluctuation`; recommended for training attention);
     ``keep_samples`` (return the float samples in ``Marginals.samples``; ``None``, the
-    default: when they take at most ``SAMPLES_LIMIT_BYTES``, 256 MiB. The draws are
+    default: when they take at most ``driver.SAMPLES_LIMIT_BYTES``, 256 MiB. The draws are
     always stored packed, 1 bit each; the mean, its gradient and the diagnostics are
     computed from those bits, so a million-spin lattice runs without its samples).
 
@@ -258,7 +180,7 @@ class Gibbs(ColouredSweep):
     * ``energy [*batch, chains, draws]``: ``E(s)`` of each kept draw (every ``thin``-th sweep
       after warmup, so its autocorrelation time is in units of ``thin`` sweeps), for
       integrated autocorrelation times and heat capacities. Tracked from each sweep's own
-      energy change (:class:`GibbsInfo`), recomputed exactly every ``NOISE_CHUNK`` sweeps.
+      energy change (:class:`GibbsInfo`), recomputed exactly every ``driver.NOISE_CHUNK`` sweeps.
     * ``r_hat``, ``ess``, ``mcse`` ``[*batch, n]`` (with ``diagnostics``): split
       R-hat and ESS (numpyro's estimators, computed in JAX so they work under
       jit), and the Monte Carlo standard error ``std / sqrt(ess)`` of each mean.
@@ -334,17 +256,6 @@ def _gibbs_marginals(model: IsingModel, key, config) -> Marginals:
     info = {"flip_rate": jnp.moveaxis(rates, 0, -1), "energy": jnp.moveaxis(energies, (0, 1), (-1, -2))}
     # every statistic below is a count on the packed words: the float draws are never made
     words = words.reshape(words.shape[:2] + (-1,))  # [D/32, C, F]
-    if diagnostics:
-        first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
-        known = known_constant(h, J, beta, first, C * D, model.active())  # [*batch, n]
-        # split R-hat, ESS and MCSE from exact counts on the packed spins, not an FFT of every draw
-        stats = packed_spin_diagnostics(words, D, known.reshape(-1), dtype=dtype)  # NaN for a frozen spin
-        rhat, ess, err, const = (v.reshape(batch + (n,)) for v in stats)
-        info.update(
-            r_hat=rhat.astype(dtype),
-            ess=ess.astype(dtype),
-            mcse=err.astype(dtype),
-            frozen=const & ~known,
-            converged=jnp.all(rhat < rhat_threshold, axis=-1),  # NaN (frozen) counts as not converged
-        )
+    if diagnostics:  # split R-hat, ESS and MCSE from exact counts on the packed spins
+        info.update(chain_diagnostics(words, D, C, h, J, beta, model.active(), batch, n, dtype, rhat_threshold))
     return packed_sample_marginals(model, words, D, info, keep_samples=keep_samples, rao_blackwell=rao_blackwell)

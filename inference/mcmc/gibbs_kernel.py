@@ -1,7 +1,8 @@
 """The heat-bath kernel that Gibbs runs: the chain state, the pure sweep
-(``gibbs_sweep(key, state, ...)``) with its heat-bath block update, the colour-class
-sweep and initial spins. The systematic scan is the shared skeleton of
-inference/mcmc/sweep.py."""
+(``step(key, state, ...)``, also named ``gibbs_sweep``) with its heat-bath block update,
+the colour-class sweep and initial spins (``init``, also ``init_spins``). The systematic
+scan is the shared skeleton of :mod:`~isingattn.inference.mcmc.sweep`; the run loop
+around the sweeps is :mod:`~isingattn.inference.mcmc.driver`."""
 
 from __future__ import annotations
 
@@ -121,8 +122,17 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
     """:func:`gibbs_sweep` with its noise given: ``t [..., n]`` from :func:`sweep_thresholds`
     (so that a run can draw the noise of many sweeps at once)."""
     s = state.spins
-    n, r = s.shape[-1], s.ndim - 1
-    dtype = s.dtype
+    new_t, dE, flips = spin_major_sweep(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h, J, classes)
+    rate = flips / jnp.maximum(jnp.abs(s).sum(-1), 1)
+    return GibbsState(jnp.moveaxis(new_t, 0, -1)), GibbsInfo(rate, dE)
+
+
+def spin_major_sweep(t_t, s_t, h, J, classes=None):
+    """The sweep of :func:`sweep_with_thresholds` in the layout the run loop carries: spins and
+    thresholds spin-major, ``[n, ...]`` (chains and models trailing). Returns the new spins
+    ``[n, ...]``, the energy change ``[...]`` and the number of spins flipped ``[...]``."""
+    n, r = s_t.shape[0], s_t.ndim - 1
+    dtype = s_t.dtype
     if isinstance(J, SparseCouplings):
         J = J.astype(dtype)
     else:
@@ -134,19 +144,15 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
         if classes is None:
             raise IsingInputError("a Gibbs sweep on sparse couplings needs colour classes (they are what makes it "
                                   "parallel): pass classes=color_classes(J) or a proper colouring of J.graph.")
-        new_t, dE = _sparse_class_sweep(jnp.moveaxis(t, -1, 0), jnp.moveaxis(s, -1, 0), h, J, classes)
-        new = jnp.moveaxis(new_t, 0, -1)
-    elif classes is None:  # the shared blocked scan, in spin-major layout [n, ...]
+        return _sparse_class_sweep(t_t, s_t, h, J, classes)
+    if classes is None:  # the shared blocked scan
         h_t, J_t = spin_major(h, J, r)
-        s_t = jnp.moveaxis(s, -1, 0)
-        new_t, dE = blocked_sweep(heat_bath_update, s_t, h_t, J_t, (jnp.moveaxis(t, -1, 0),),
-                                  jnp.zeros(s_t.shape[1:], dtype))
-        new = jnp.moveaxis(new_t, 0, -1)
+        new_t, dE = blocked_sweep(heat_bath_update, s_t, h_t, J_t, (t_t,), jnp.zeros(s_t.shape[1:], dtype))
     else:  # colour classes: every spin of a class at once (they are mutually uncoupled)
+        s = jnp.moveaxis(s_t, 0, -1)
         field = jnp.broadcast_to(local_field(h, J, s), s.shape)  # once per sweep: no rounding drift builds up
-        # Spin-major layout [n, ...]: a class's fields, thresholds and coupling rows
-        # are leading-axis gathers.
-        s_t, f_t, t_t = (jnp.moveaxis(x, -1, 0) for x in (s, field, t))
+        # a class's fields, thresholds and coupling rows are leading-axis gathers
+        f_t = jnp.moveaxis(field, -1, 0)
         a_t = jnp.abs(s_t)  # 1 active, 0 inactive (held at 0)
         J_t = jnp.moveaxis(J, (-2, -1), (0, 1))  # [i, k, *batch]: row i of J, over spins k
         idx, valid = _class_table(classes, n)
@@ -162,9 +168,7 @@ def sweep_with_thresholds(t, state: GibbsState, h, J, classes=None):
 
         (new_t, _, dE), _ = lax.scan(step, (s_t, f_t, jnp.zeros(s_t.shape[1:], dtype)),
                                      (jnp.asarray(idx), jnp.asarray(valid)))
-        new = jnp.moveaxis(new_t, 0, -1)
-    rate = 0.5 * jnp.abs(new - s).sum(-1) / jnp.maximum(jnp.abs(s).sum(-1), 1)
-    return GibbsState(new), GibbsInfo(rate, dE)
+    return new_t, dE, 0.5 * jnp.abs(new_t - s_t).sum(0)
 
 
 def _sparse_class_sweep(t_t, s_t, h, J: SparseCouplings, classes):
@@ -172,18 +176,27 @@ def _sparse_class_sweep(t_t, s_t, h, J: SparseCouplings, classes):
     (thresholds, spins; chains and models trailing), ``h [..., n]``. A class's fields are
     gathers over the neighbour table, ``h_i + Σ_k w_ik s_{nbr(i, k)}``: O(|class| · degree)
     per class, O(n · degree) = O(E) per sweep, with no dense ``J`` anywhere. Returns the new
-    spins ``[n, ...]`` and the energy change ``[...]``."""
+    spins ``[n, ...]``, the energy change and the flips ``[...]``.
+
+    A spin flips where the sign of ``f - t`` differs from its own; each flip changes the energy
+    by ``2 s f``. Both sums over the class are one product with a row of ones (a GEMV): XLA
+    fuses a plain column sum into the field's gather and computes the gather twice."""
     h_t, W_t = sparse_spin_major(h, J, s_t.ndim - 1)  # [n, *batch'], [n, d, *batch']
-    dE = 0.0
+    rest = s_t.shape[1:]
+    sums = 0.0
     for c in classes:  # few classes (a colouring); each is one gather, one fused update, one scatter
         i = np.asarray(c, np.int32)
         f = sparse_field_rows(h_t, W_t, J.graph.nbr, i, s_t)  # [m, ...]
         old = s_t[i]
-        a = jnp.abs(old)
-        new = jnp.where(f > t_t[i], a, -a)
-        dE = dE - jnp.sum((new - old) * f, axis=0)
-        s_t = s_t.at[i].set(new, unique_indices=True, indices_are_sorted=True)
-    return s_t, jnp.broadcast_to(dE, s_t.shape[1:])
+        flip = (f > t_t[i]) != (old > 0)  # an inactive spin (0) stays 0 whatever flip says
+        m = len(c)
+        both = jnp.concatenate([jnp.where(flip, 2 * old * f, 0).reshape(m, -1),
+                                jnp.where(flip, jnp.abs(old), 0).reshape(m, -1)], axis=1)
+        sums = sums + jnp.ones((1, m), s_t.dtype) @ both
+        s_t = s_t.at[i].set(jnp.where(flip, -old, old), unique_indices=True, indices_are_sorted=True)
+    M = int(np.prod(rest, dtype=int))
+    sums = jnp.broadcast_to(sums, (1, 2 * M))
+    return s_t, sums[0, :M].reshape(rest), sums[0, M:].reshape(rest)
 
 
 def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
@@ -194,6 +207,6 @@ def init_spins(key, shape, active=None, dtype=jnp.float32) -> GibbsState:
     return GibbsState(s)
 
 
-# ---------------------------------------------------------------------------------
-# Chains (shared by the engine and the MCMC kernel)
-# ---------------------------------------------------------------------------------
+# The uniform kernel names every chain kernel has (blackjax style): ``init`` and a pure ``step(key, state, ...)``.
+init = init_spins
+step = gibbs_sweep

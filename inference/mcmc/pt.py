@@ -15,7 +15,9 @@ The run (:func:`~isingattn.inference.mcmc.pt_run.run_tempering`):
   pilot run on a fixed grid of β measures the energy's spread ``σ(β)``, whose integral
   ``Λ = ∫ σ/√π dβ`` is the communication barrier of Syed et al.; ``R = ⌈Λ / 0.4⌉ + 1``
   rungs then reject about 0.4 per pair after adaptation (:mod:`~isingattn.inference.mcmc.pt_ladder`;
-  ``info["barrier"]`` is ``Λ`` measured again on the run itself).
+  ``info["barrier"]`` is ``Λ`` measured again on the run itself). The pilot's key is fixed, so
+  its answer is a function of the model: it runs once per model content (parameters, mask,
+  dtype, sweep classes; the last ``PILOT_CACHE`` models are remembered), not on every call.
 * **Houdayer's cluster move** (``houdayer=None``, the default: on for a concrete model with
   no field and an even ``num_chains``) between chains ``2k`` and ``2k+1`` at the colder
   half of the rungs, after each sweep (:mod:`~isingattn.inference.mcmc.houdayer`). The paired chains are then
@@ -60,6 +62,7 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 import dataclasses
+import hashlib
 
 import equinox as eqx
 import jax
@@ -69,12 +72,11 @@ from jax import lax
 from jax.sharding import Mesh
 
 from isingattn import validate as V
-from isingattn.diagnostics import known_constant, packed_spin_diagnostics
 from isingattn.errors import IsingInputError
 from isingattn.fluctuation import packed_sample_marginals
 from isingattn.inference.mcmc.base import ColouredSweep
 from isingattn.inference.mcmc.coloring import SCHEDULES, as_classes
-from isingattn.inference.mcmc.gibbs import check_chain_settings, keeps_samples
+from isingattn.inference.mcmc.driver import chain_diagnostics, check_chain_settings, keeps_samples
 from isingattn.inference.mcmc.houdayer import coupling_graph
 from isingattn.inference.mcmc import pt_ladder
 from isingattn.inference.mcmc.pt_ladder import barrier
@@ -87,6 +89,20 @@ from isingattn.sparse import CouplingGraph, SparseCouplings
 MIN_ROUND_TRIPS = 10  # round trips per chain that make a constant spin an answer, not a frozen chain
 FALLBACK_REPLICAS = 32  # num_replicas=None on a model traced under jit (no pilot possible)
 PILOT_SEED, PILOT_CHAINS = 0, 4
+PILOT_CACHE = 64  # models whose pilot ladder size is remembered (by content: parameters, mask, dtype, classes)
+_PILOT_SIZES: dict = {}
+
+
+def _model_digest(model: IsingModel, classes) -> tuple:
+    """A key of a concrete model's content: equal for equal parameters, so the pilot runs once per model."""
+    J = model.J
+    parts = [model.h, J.weights if isinstance(J, SparseCouplings) else J, model.beta, model.active()]
+    d = hashlib.blake2b(digest_size=16)
+    for x in parts:
+        a = np.asarray(x) if x is not None else np.zeros(0)
+        d.update(f"{a.dtype}{a.shape}".encode())
+        d.update(np.ascontiguousarray(a).tobytes())
+    return (d.hexdigest(), J.graph if isinstance(J, SparseCouplings) else None, classes)
 
 
 def _as_ladder(x):
@@ -296,12 +312,19 @@ class ParallelTempering(ColouredSweep):
         G = pt_ladder.PILOT_RUNGS
         h, J, beta = model.h, model.J, model.beta
         J = J.astype(model.dtype) if isinstance(J, SparseCouplings) else J
-        # a fixed key: R is a function of the model alone (one compiled program for every user key)
-        out = pilot_run(jax.random.key(PILOT_SEED), h, J, beta, model.active(), tuple(model.batch_shape) + (model.n,),
-                     num_warmup=pt_ladder.PILOT_WARMUP, num_samples=pt_ladder.PILOT_STEPS, num_chains=PILOT_CHAINS,
-                     num_replicas=G, ladder=tuple(float(x) for x in np.linspace(1.0, 0.0, G)),
-                     classes=self._sweep_classes(model))  # no cluster move: one pilot program per structure
-        return pt_ladder.replicas_for_barrier(np.asarray(barrier(out["ladder"], out["energy_sd"])))
+        classes = self._sweep_classes(model)
+        # a fixed key: R is a function of the model alone, so one pilot serves every call on the same model
+        content = _model_digest(model, classes)
+        if content not in _PILOT_SIZES:
+            out = pilot_run(jax.random.key(PILOT_SEED), h, J, beta, model.active(), tuple(model.batch_shape) + (model.n,),
+                            num_warmup=pt_ladder.PILOT_WARMUP, num_samples=pt_ladder.PILOT_STEPS,
+                            num_chains=PILOT_CHAINS, num_replicas=G,
+                            ladder=tuple(float(x) for x in np.linspace(1.0, 0.0, G)),
+                            classes=classes)  # no cluster move: one pilot program per structure
+            _PILOT_SIZES[content] = pt_ladder.replicas_for_barrier(np.asarray(barrier(out["ladder"], out["energy_sd"])))
+            while len(_PILOT_SIZES) > PILOT_CACHE:
+                _PILOT_SIZES.pop(next(iter(_PILOT_SIZES)))
+        return _PILOT_SIZES[content]
 
     def _hot_is_zero(self) -> bool:
         return self.ladder[-1] == 0 if self.ladder is not None else self.beta_min == 0
@@ -341,7 +364,7 @@ class ParallelTempering(ColouredSweep):
             # chain brought states from β = 0 down to β at least MIN_ROUND_TRIPS times, it is
             # the right answer up to about 1 / round trips (spins frozen into the ground state)
             refreshed = (out["round_trips"].min(0) >= MIN_ROUND_TRIPS)[..., None] if self._hot_is_zero() else False
-            info.update(_spin_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold),
+            info.update(chain_diagnostics(words, D, C, h, J, beta, act, batch, n, dtype, float(self.rhat_threshold),
                                           refreshed))
         if self.diagnostics:
             # a chain that never went cold → hot → cold, or a pair of replicas that never swapped,
@@ -377,17 +400,3 @@ class ParallelTempering(ColouredSweep):
                 f"{trips:.3g} per step. Raise num_samples, or num_replicas when some info['swap_rate'] is near 0 "
                 "or round trips are rare; see info['converged'], info['r_hat'], info['swap_rate'].")
 
-
-def _spin_diagnostics(words, D: int, C: int, h, J, beta, active, batch, n: int, dtype, rhat_threshold: float,
-                      refreshed=False) -> dict:
-    """Gibbs' diagnostics of the packed draws ``words [D/32, C, F]``: split R-hat, ESS and MCSE
-    from exact counts (:func:`~isingattn.diagnostics.packed_spin_diagnostics`), ``frozen`` and
-    ``converged`` by the rule every sampler shares (:func:`~isingattn.diagnostics.known_constant`).
-    The same calls as ``gibbs._gibbs_marginals`` (which inlines them); ``refreshed``
-    (broadcast to ``[*batch, n]``) adds the constants that PT's round trips vouch for."""
-    first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
-    known = known_constant(h, J, beta, first, C * D, active) | refreshed
-    rhat, ess, err, const = (v.reshape(batch + (n,)) for v in packed_spin_diagnostics(words, D, known.reshape(-1),
-                                                                                     dtype=dtype))
-    return dict(r_hat=rhat.astype(dtype), ess=ess.astype(dtype), mcse=err.astype(dtype), frozen=const & ~known,
-                converged=jnp.all(rhat < rhat_threshold, axis=-1))

@@ -2,7 +2,7 @@
 & Doucet 2021): ``R`` replicas of every chain at a ladder of inverse temperatures
 ``β_0 > β_1 > ... > β_{R-1}`` (``β_0`` the model's, the cold end; ``β_{R-1}`` the hot end).
 
-One step (:func:`pt_step`) is
+One step (:func:`pt_step`, also named ``step``; ``init`` is :func:`pt_init`) is
 
 1. one heat-bath sweep of every replica at its own β: the Gibbs kernel
    (:func:`~isingattn.inference.mcmc.gibbs_kernel.sweep_with_thresholds`), with the replicas
@@ -157,3 +157,8 @@ def pt_step(key, state: PTState, h, J, betas, parity, classes: Optional[Sequence
     u = prng.uniform(k_swap, (R - 1,) + E.shape[1:], dtype)
     s, E, last_end, info = swap_round(u, s, E, state.last_end, b, parity)
     return PTState(s, E, last_end), info
+
+
+# The uniform kernel names every chain kernel has (blackjax style): ``init`` and a pure ``step(key, state, ...)``.
+init = pt_init
+step = pt_step

@@ -1,5 +1,7 @@
-"""The run of non-reversible parallel tempering (:func:`run_tempering`): the loop behind the
-engine ``"pt"`` (:mod:`~isingattn.inference.mcmc.pt`), on the kernel of
+"""The run of non-reversible parallel tempering (:func:`run_tempering`) behind the engine
+``"pt"`` (:mod:`~isingattn.inference.mcmc.pt`): its step and its statistics on the shared run
+loop (:func:`~isingattn.inference.mcmc.driver.run`, which packs the draws and keeps the energy
+trace as it does for Gibbs and Swendsen–Wang), on the kernel of
 :mod:`~isingattn.inference.mcmc.pt_kernel`, the ladder of
 :mod:`~isingattn.inference.mcmc.pt_ladder` and the cluster move of
 :mod:`~isingattn.inference.mcmc.houdayer`.
@@ -22,9 +24,9 @@ import numpy as np
 from jax import lax
 
 from isingattn import prng
-from isingattn.diagnostics import WORD
 from isingattn.energy import energy
-from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_thresholds, sweep_with_thresholds
+from isingattn.inference.mcmc.driver import Schedule, noise_chunk, run
+from isingattn.inference.mcmc.gibbs_kernel import GibbsState, init_spins, sweep_with_thresholds
 from isingattn.inference.mcmc.houdayer import edge_weights, houdayer_move
 from isingattn.inference.mcmc.pt_kernel import COLD, NONE, safe_beta, swap_round
 from isingattn.inference.mcmc.pt_ladder import adapt_ladder, initial_ladder, round_lengths
@@ -42,6 +44,8 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
 
     One loop over every step (warmup and sampling), so the sweep is compiled once; what a
     step records (ladder statistics, draws, stepping-stone terms) is selected by its index.
+    The noise of up to ``driver.NOISE_CHUNK`` steps' sweeps is drawn at once, each step's from
+    its own key as before.
 
     Args:
         h, J: ``h [*batch, n]``, ``J [*batch, n, n]`` or :class:`~isingattn.sparse.SparseCouplings`;
@@ -100,9 +104,6 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
     to_sweep = lambda x: lanes_first(from_t(x))  # [n, R, C, ...] -> [R, C, ..., n] (or [C, R, ..., n])
     from_sweep = lambda x: to_t(lanes_first(x))
     sweep_energy = lambda s: lanes_first(energy(h, J, to_sweep(s)))  # [R, C, ...]
-    # chains axis of each carried array (None: replicated), in the carry's order
-    chain_axes = (2, 1, 1, None, 1, 2, 1, 0, 1, 0, 2, 2)
-    place = lambda c: tuple(x if a is None else split_along(x, mesh, a) for x, a in zip(c, chain_axes))
 
     # adaptation rounds end after the steps in `ends`; burn: the steps before the first draw
     ends = np.cumsum(round_lengths(num_warmup, adapt_rounds)) if (ladder is None and R > 2) else np.zeros(0, int)
@@ -141,11 +142,19 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         new = jnp.stack([a, b], axis=3).reshape((n, RH) + s.shape[2:])
         return jnp.concatenate([new, s[:, RH:]], axis=1), jnp.concatenate([E[:RH] + dE, E[RH:]])
 
-    def body(t, c):
-        s, E, last, betas, rej, words, E0, flips, acc, trips, lse, em = c
+    sched = Schedule(num_warmup, num_samples, thin)
+
+    def noise(k, t0, L):  # the logistic noise of L steps, from each step's own key (fold_in(k_run, t))
+        def one(t):
+            k_sweep, _ = jax.random.split(jax.random.fold_in(k_run, t))
+            return prng.logistic(k_sweep, (n,) + E.shape, dtype)
+        return k, jax.vmap(one)(t0 + jnp.arange(L))  # [L, n, R, C, *batch]
+
+    def step(t, logistic, st):
         # one PT step (pt_kernel.pt_step, spin-major); t gives the parity and the key
-        k_sweep, k_swap = jax.random.split(jax.random.fold_in(k_run, t))
-        thr = split_along(sweep_thresholds(k_sweep, (n,) + E.shape, dtype, safe_beta(betas, dtype)[None]), mesh, 2)
+        s, E, last, betas, rej = st
+        _, k_swap = jax.random.split(jax.random.fold_in(k_run, t))
+        thr = split_along(logistic * (0.5 / safe_beta(betas, dtype)[None]), mesh, 2)  # sweep_thresholds
         s0 = s[:, 0]
         new, ginfo = sweep_with_thresholds(to_sweep(thr), GibbsState(to_sweep(s)), h, J, classes)
         s = from_sweep(new.spins)
@@ -172,36 +181,49 @@ def run_tempering(key, h, J, beta, active, shape, *, num_warmup: int, num_sample
         betas, rej = lax.cond(at_end, adapt, lambda a: a, (betas, rej))
         # round trips are counted from the start of sampling
         last = jnp.where(t == num_warmup - 1, jnp.full_like(last, NONE).at[0].set(COLD), last)
+        # the target replica's flips (sweep and swap)
+        return (s, E, last, betas, rej), (info, 0.5 * jnp.abs(s[:, 0] - s0).sum(0))
+
+    def accumulate(t, st, out, ex):
+        _, E, _, betas, _ = st
+        info = out[0]
+        acc, trips, lse, em = ex
         sampling = t >= num_warmup
         acc = acc + jnp.where(sampling, info.accept_prob, 0)
         trips = trips + jnp.where(sampling, info.round_trips, 0)
-        flips = flips + jnp.where(t >= burn, 0.5 * jnp.abs(s[:, 0] - s0).sum(0), 0)
         # every rung's energy moments over sampling, shifted by its energy at the last warmup
         # step (sums of squares of raw energies would cancel catastrophically in float32)
         x = E - em[0]
         em = jnp.where(t == num_warmup - 1, jnp.stack([E, 0 * E, 0 * E]),
                        em + jnp.where(sampling, jnp.stack([0 * E, x, x * x]), 0))
-
-        # draws: step t writes draw (t - burn) // thin, clipped: warmup writes land on draw 0
-        # and are overwritten later, as are the first thin-1 steps of every block (Gibbs' rule)
+        # the stepping stone's terms of the kept draws, by batch of draws
         d = jnp.clip((t - burn) // thin, 0, D - 1)
         keep = (t >= burn) & ((t - burn) % thin == thin - 1)
-        bit = (d % WORD).astype(jnp.uint32)
-        word = lax.dynamic_index_in_dim(words, d // WORD, 0, keepdims=False)
-        word = (word & ~(jnp.uint32(1) << bit)) | ((s[:, 0] > 0).astype(jnp.uint32) << bit)
-        words = lax.dynamic_update_index_in_dim(words, word, d // WORD, 0)
-        E0 = lax.dynamic_update_index_in_dim(E0, E[0], d, 0)
         b = (d * B) // D
         old = lax.dynamic_index_in_dim(lse, b, 0, keepdims=False)
         lse = lax.dynamic_update_index_in_dim(lse, jnp.where(keep, jnp.logaddexp(old, terms(t, E, betas)), old), b, 0)
-        return place((s, E, last, betas, rej, words, E0, flips, acc, trips, lse, em))
+        return acc, trips, lse, em
 
+    # chains axis of each carried array (None: replicated)
+    state_axes, trace_axes, extra_axes = (2, 1, 1, None, 1), (2, 1, 0), (1, 0, 2, 2)
+
+    def split(xs, axes):  # a tuple or a named tuple (the driver's Trace), each leaf split along its chains axis
+        out = [x if a is None else split_along(x, mesh, a) for x, a in zip(xs, axes)]
+        return type(xs)(*out) if hasattr(xs, "_fields") else tuple(out)
+
+    constrain = None if mesh is None else (lambda st, tr, ex: (split(st, state_axes), split(tr, trace_axes),
+                                                               split(ex, extra_axes)))
     zeros = lambda shp, dt=dtype: jnp.zeros(shp, dt)
-    carry = (s, E, last, betas, zeros((R - 1,) + lanes), zeros((-(-D // WORD), n) + lanes, jnp.uint32),
-             zeros((D,) + lanes), zeros(lanes), zeros((R - 1,) + lanes), zeros(lanes, jnp.int32),
-             jnp.full((B, K) + lanes, -jnp.inf, dtype), zeros((3, R) + lanes))
-    carry = lax.fori_loop(0, total, body, place(carry))
-    s, E, last, betas, _, words, E0, flips, acc, trips, lse, em = gathered(carry, mesh)
+    state0 = (s, E, last, betas, zeros((R - 1,) + lanes))
+    extra0 = (zeros((R - 1,) + lanes), zeros(lanes, jnp.int32), jnp.full((B, K) + lanes, -jnp.inf, dtype),
+              zeros((3, R) + lanes))
+    if mesh is not None:
+        state0, extra0 = split(state0, state_axes), split(extra0, extra_axes)
+    L = noise_chunk(total, n * R * int(np.prod(lanes)))
+    state, _, trace, extra = run(step, state0, None, noise, sched, target=lambda st: (st[0][:, 0], st[1][0]),
+                                 flips=lambda out: out[1], chunk=L, extra=extra0, accumulate=accumulate,
+                                 constrain=constrain)
+    (s, E, last, betas, _), (words, E0, flips), (acc, trips, lse, em) = gathered((state, tuple(trace), extra), mesh)
 
     steps = D * thin
     active_count = jnp.maximum(jnp.abs(s[:, 0]).sum(0), 1)

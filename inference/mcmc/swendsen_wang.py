@@ -33,11 +33,12 @@ from jax import lax
 
 from isingattn import prng
 from isingattn import validate as V
-from isingattn.diagnostics import WORD, known_constant, packed_spin_diagnostics
 from isingattn.energy import energy
 from isingattn.engine import Engine
 from isingattn.fluctuation import packed_sample_marginals
-from isingattn.inference.mcmc.gibbs import chain_init, chain_keys, check_chain_settings, keeps_samples
+from isingattn.inference.mcmc.driver import (Schedule, chain_diagnostics, chain_keys, check_chain_settings, keeps_samples,
+                                             run)
+from isingattn.inference.mcmc.gibbs import chain_init
 from isingattn.inference.mcmc.swendsen_wang_kernel import (
     bond_probabilities,
     count_negative,
@@ -52,7 +53,8 @@ from isingattn.sparse import SparseCouplings
 
 def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: int, num_chains: int, thin: int = 1,
                init=None):
-    """Run ``num_chains`` Swendsen–Wang chains in one loop over moves.
+    """Run ``num_chains`` Swendsen–Wang chains on the shared run loop
+    (:func:`~isingattn.inference.mcmc.driver.run`).
 
     Same schedule as :func:`isingattn.inference.mcmc.gibbs.run_chains`: ``num_warmup``
     discarded moves, then ``num_samples`` moves of which every ``thin``-th is kept
@@ -72,9 +74,7 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
         of the kept draws, the mean flip rate over the kept moves ``[C, *batch]``, and the
         most labelling rounds any move took ``[]``.
     """
-    D = num_samples // thin
-    burn = num_warmup + num_samples % thin  # as Gibbs: keep the LAST move of each block of thin
-    total = burn + D * thin
+    schedule = Schedule(num_warmup, num_samples, thin)
     dtype = h.dtype
     shape = tuple(shape)
     batch, n = shape[:-1], shape[-1]
@@ -87,38 +87,37 @@ def run_chains(key, h, J, beta, active, shape, *, num_warmup: int, num_samples: 
         state = state._replace(spins=jnp.where((state.spins != 0) & (init != 0), jnp.asarray(init, dtype), state.spins))
     to_t = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # [C, *batch, n] -> [n, *batch, C]
     from_t = lambda x: jnp.moveaxis(x, (0, -1), (-1, 0))  # and back
+    lanes = lambda e: jnp.moveaxis(e, 0, -1)  # [C, *batch] -> [*batch, C]
     s = to_t(state.spins)
     probs = bond_probabilities(h, J, beta, dtype, len(batch), chain_axis=True)
     W = num_words(n, J)
     blocks = -(-(W * B) // 2)
 
-    draws = jnp.zeros((-(-D // WORD),) + s.shape, jnp.uint32)
-    energies = jnp.zeros((D, num_chains) + batch, dtype)
-    flips = jnp.zeros(s.shape, dtype)
+    def noise(k, t0, L):  # each move's key, the chain's key split once per move
+        return lax.scan(lambda k, _: prng.split(k), k, None, length=L)  # raw key data [L, C, 2]
 
-    def move(t, carry):
-        s, k, draws, energies, flips, rounds = carry
-        k, k_move = prng.split(k)  # raw key data [C, 2]
+    def step(t, k_move, st):
+        s, _ = st
+        # the move's words are drawn inside it: they are as many as the edges, and drawn for a
+        # chunk of moves at once they would cost a round trip through memory
         y0, y1 = prng.random_bits(k_move, blocks)  # [blocks, C] each
         bits = jnp.concatenate([y0, y1])[: W * B].reshape((W,) + batch + (num_chains,))
-        new, _, r = sweep_with_bits(bits, s, probs, J)
-        d = jnp.clip((t - burn) // thin, 0, D - 1)  # warmup writes land on draw 0 and are overwritten
-        bit = (d % WORD).astype(jnp.uint32)
-        word = lax.dynamic_index_in_dim(draws, d // WORD, 0, keepdims=False)
-        word = (word & ~(jnp.uint32(1) << bit)) | ((new > 0).astype(jnp.uint32) << bit)
-        draws = lax.dynamic_update_index_in_dim(draws, word, d // WORD, 0)
-        e = energy(h, J, from_t(new))  # [C, *batch]
-        energies = lax.dynamic_update_index_in_dim(energies, e, d, 0)
-        flips = flips + jnp.where(t >= burn, jnp.abs(new - s), 0)
-        return new, k, draws, energies, flips, jnp.maximum(rounds, r)
+        new, _, rounds = sweep_with_bits(bits, s, probs, J)
+        # flips counted as a product with a row of ones (XLA:CPU's column sum over the spins is slow)
+        flips = (jnp.ones((1, n), dtype) @ (new != s).astype(dtype).reshape(n, -1)).reshape(new.shape[1:])
+        return (new, lanes(energy(h, J, from_t(new)))), (flips, rounds)
 
-    carry = (s, jax.random.key_data(k), draws, energies, flips, jnp.int32(0))
-    _, _, draws, energies, flips, rounds = lax.fori_loop(0, total, move, carry)
+    # one move per chunk: a move (a labelling while_loop) nested in a chunk's inner loop ran 25%
+    # slower on XLA:CPU (benchmarks/swendsen_wang.py, L = 64), and bulk noise has nothing to gain here
+    L = 1
+    _, _, trace, rounds = run(step, (s, jnp.zeros(batch + (num_chains,), dtype)), jax.random.key_data(k), noise,
+                              schedule, target=lambda st: st, flips=lambda info: info[0], chunk=L,
+                              extra=jnp.int32(0), accumulate=lambda t, st, info, r: jnp.maximum(r, info[1]))
     active_count = jnp.maximum(jnp.abs(state.spins).sum(-1), 1)
-    words = jnp.moveaxis(draws, 1, -1)  # [D/32, n, *batch, C] -> [D/32, *batch, C, n]
+    words = jnp.moveaxis(trace.words, 1, -1)  # [D/32, n, *batch, C] -> [D/32, *batch, C, n]
     words = jnp.moveaxis(words, -2, 1)  # -> [D/32, C, *batch, n]
-    rate = 0.5 * jnp.moveaxis(flips.sum(0), -1, 0) / active_count / (D * thin)  # [C, *batch]
-    return words, energies, rate, rounds
+    rate = jnp.moveaxis(trace.flips, -1, 0) / active_count / (schedule.draws * thin)  # [C, *batch]
+    return words, jnp.moveaxis(trace.energy, -1, 1), rate, rounds
 
 
 class SwendsenWang(Engine):
@@ -198,13 +197,9 @@ class SwendsenWang(Engine):
                 "negative_couplings": jnp.broadcast_to(negative, batch)}
         words = words.reshape(words.shape[:2] + (-1,))  # [D/32, C, F]
         if self.diagnostics:  # Gibbs' diagnostics, from the same counts on the packed words
-            first = (words[0, 0] & 1).astype(bool).reshape(batch + (n,))
-            known = known_constant(h, J, beta, first, C * D, model.active())
-            stats = packed_spin_diagnostics(words, D, known.reshape(-1), dtype=dtype)
-            rhat, ess, err, const = (v.reshape(batch + (n,)) for v in stats)
-            info.update(r_hat=rhat.astype(dtype), ess=ess.astype(dtype), mcse=err.astype(dtype),
-                        frozen=const & ~known,
-                        converged=jnp.all(rhat < self.rhat_threshold, axis=-1) & (info["negative_couplings"] == 0))
+            info.update(chain_diagnostics(words, D, C, h, J, beta, model.active(), batch, n, dtype,
+                                          float(self.rhat_threshold)))
+            info["converged"] = info["converged"] & (info["negative_couplings"] == 0)
         return packed_sample_marginals(model, words, D, info, keep_samples=self._keeps_samples(model),
                                        rao_blackwell=bool(self.rao_blackwell))
 

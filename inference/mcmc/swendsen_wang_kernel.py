@@ -52,9 +52,10 @@ from jax import lax
 
 from isingattn import prng
 from isingattn.errors import IsingInputError
+from isingattn.inference.mcmc.gibbs_kernel import init_spins
 from isingattn.sparse import SparseCouplings
 
-__all__ = ["SwendsenWangState", "SwendsenWangInfo", "swendsen_wang_sweep", "count_negative", "num_words",
+__all__ = ["SwendsenWangState", "SwendsenWangInfo", "init", "step", "swendsen_wang_sweep", "count_negative", "num_words",
            "sweep_with_bits", "bond_probabilities", "component_labels"]
 
 WORD = 32
@@ -265,3 +266,11 @@ def swendsen_wang_sweep(key, state: SwendsenWangState, h, J, beta):
     new = jnp.moveaxis(new_t, 0, -1)
     rate = 0.5 * jnp.abs(new - s).sum(-1) / jnp.maximum(jnp.abs(s).sum(-1), 1)
     return SwendsenWangState(new), SwendsenWangInfo(rate, clusters, rounds)
+
+
+def init(key, shape, active=None, dtype=jnp.float32) -> SwendsenWangState:
+    """Uniformly random ±1 spins of ``shape`` (``[..., n]``); inactive spins are 0: Gibbs' initial state."""
+    return SwendsenWangState(init_spins(key, shape, active, dtype).spins)
+
+
+step = swendsen_wang_sweep  # the uniform kernel name (blackjax style), as gibbs_kernel.step and pt_kernel.step

@@ -527,3 +527,24 @@ def test_energy_trace_is_the_energy_of_each_kept_draw(layout):
     # ArviZ gets it as sample_stats.energy [chain, draw, *batch]
     idata = to_inference_data(m)
     np.testing.assert_allclose(np.moveaxis(idata.sample_stats["energy"].values, (0, 1), (-2, -1)), ref, atol=1e-9)
+
+
+def test_thinned_draws_and_energies_are_the_kept_sweeps_of_an_unthinned_run():
+    """Thinning across word and chunk boundaries (40 draws, a burn-in that is not a multiple of
+    32): the thinned run's draws, energies and flip rates are exactly sweeps ``burn + 3k + 2`` of
+    the same chains run without warmup or thinning (whose draws the MCMC equivalence test pins)."""
+    rng = np.random.default_rng(5)
+    h, J = random_model(rng, 5, h_scale=0.3, J_scale=0.5)
+    model = IsingModel(h, J, 1.0)
+    C, W, S, thin = 2, 5, 121, 3
+    burn = W + S % thin
+    key = jax.random.PRNGKey(4)
+    thinned = Gibbs(num_warmup=W, num_samples=S, num_chains=C, thin=thin, diagnostics=False).marginals(model, key=key)
+    every = Gibbs(num_warmup=0, num_samples=burn + S - S % thin, num_chains=C, diagnostics=False).marginals(model, key=key)
+    kept = burn + thin * np.arange(S // thin) + thin - 1
+    np.testing.assert_array_equal(_by_chain(thinned, C), _by_chain(every, C)[:, kept])
+    np.testing.assert_array_equal(np.asarray(thinned.info["energy"]), np.asarray(every.info["energy"])[:, kept])
+    # the flip rate counts every sweep after burn-in: those of the unthinned run's last S - S % thin sweeps
+    s = _by_chain(every, C)
+    flips = np.abs(np.diff(s[:, burn - 1:], axis=1)).sum((1, 2)) / 2 / 5 / (S - S % thin)
+    np.testing.assert_allclose(np.asarray(thinned.info["flip_rate"]), flips, rtol=1e-12)

@@ -546,3 +546,28 @@ def test_houdayer_refused_on_a_model_with_fields():
     _, _, model = _strip(2, 2, 1.0)
     with pytest.raises(IsingInputError, match="without fields"):
         ParallelTempering(houdayer=True, num_replicas=4).prepared(model)
+
+
+def test_pilot_runs_once_per_model_content(monkeypatch):
+    """The sizing pilot (a fixed key, so its answer is the model's) runs once per model content:
+    a second call on an equal model reuses its size, a changed field runs it again. The pilot
+    itself is replaced by a stand-in that counts its calls (no compile)."""
+    from isingattn.inference.mcmc import pt as pt_mod
+
+    calls = []
+
+    def fake_pilot(key, h, J, beta, active, shape, **kw):
+        calls.append(1)
+        G = kw["num_replicas"]
+        return {"ladder": np.linspace(1.0, 0.0, G), "energy_sd": np.full(G, 3.0)}  # Λ = 3/√π
+
+    monkeypatch.setattr(pt_mod, "pilot_run", fake_pilot)
+    monkeypatch.setattr(pt_mod, "_PILOT_SIZES", {})
+    h, J = np.zeros(6), np.triu(np.ones((6, 6)), 1)
+    engine = ParallelTempering()
+    R = engine._sized(IsingModel(h, J + J.T, beta=1.0))
+    assert R == replicas_for_barrier(3.0 / np.sqrt(np.pi)) and len(calls) == 1
+    assert engine._sized(IsingModel(h.copy(), J + J.T, beta=1.0)) == R and len(calls) == 1  # equal content
+    engine._sized(IsingModel(h + 0.1, J + J.T, beta=1.0))
+    engine._sized(IsingModel(h, J + J.T, beta=2.0))
+    assert len(calls) == 3  # a changed field, a changed β: each its own pilot
