@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--replicas", type=int, default=None)
     ap.add_argument("--populations", type=int, default=None)
     ap.add_argument("--moves-per-temp", type=int, default=None)
+    ap.add_argument("--max-moves-per-temp", type=int, default=None)
+    ap.add_argument("--decorrelation", type=float, default=None)
     ap.add_argument("--ais-chains", type=int, default=256)
     args = ap.parse_args()
     if "ais" in args.estimators and "pa" not in args.estimators:
@@ -110,7 +112,9 @@ def main():
           f"os.cpu_count() = {os.cpu_count()}, {platform.machine()}, 1-min load average {os.getloadavg()[0]:.2f}",
           flush=True)
     pa_cfg = {k: v for k, v in (("num_replicas", args.replicas), ("num_populations", args.populations),
-                                ("moves_per_temp", args.moves_per_temp)) if v}
+                                ("moves_per_temp", args.moves_per_temp),
+                                ("max_moves_per_temp", args.max_moves_per_temp),
+                                ("decorrelation", args.decorrelation)) if v is not None}
     pa = get("pa", **pa_cfg)
     hdr = ["case", "estimator", "seed", "sweeps", "error", "SE", "z", "max |Δm|", "wall s", "cpu s", "converged",
            "notes"]
@@ -124,8 +128,10 @@ def main():
                 if name == "pa":
                     out, wall, cpu = run(pa, model, key)
                     P = int(out.info["num_populations"])
-                    budget = P * pa.num_replicas * int(out.info["num_temps"]) * pa.moves_per_temp
-                    sweeps, notes = budget, (f"temps {int(out.info['num_temps'])}, families "
+                    budget = int(out.info["sweeps"])
+                    sweeps, notes = budget, (f"temps {int(out.info['num_temps'])}, moves/temp "
+                                             f"{float(out.info['moves_per_temp']):.1f} (capped "
+                                             f"{int(out.info['moves_capped'])}), families "
                                              f"{float(out.info['families_eff']):.0f}, P {P}, SE spread "
                                              f"{float(out.info['log_z_se_spread']):.3f} families "
                                              f"{float(out.info['log_z_se_families']):.3f}")

@@ -70,6 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import Mesh
 
 from isingattn import validate as V
 from isingattn.errors import IsingInputError
@@ -81,6 +82,7 @@ from isingattn.inference.mcmc.resampling import RESAMPLING
 from isingattn.inference.mcmc.swendsen_wang_kernel import count_negative, negative_coupling_error
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel, is_traced
+from isingattn.sharding import check_split
 from isingattn.sparse import SparseCouplings
 
 MOVES = ("auto", "swendsen-wang", "gibbs")
@@ -155,6 +157,8 @@ class PopulationAnnealing(ColouredSweep):
     num_populations: int = eqx.field(static=True, default=4, converter=V.plain)
     moves: str = eqx.field(static=True, default="auto")
     moves_per_temp: int = eqx.field(static=True, default=2, converter=V.plain)
+    max_moves_per_temp: int = eqx.field(static=True, default=32, converter=V.plain)
+    decorrelation: float = eqx.field(static=True, default=0.25, converter=V.plain)
     target_ess: float = eqx.field(static=True, default=0.9, converter=V.plain)
     max_temps: int = eqx.field(static=True, default=1024, converter=V.plain)
     fractions: Optional[tuple] = eqx.field(static=True, default=None, converter=V.plain)
@@ -164,6 +168,7 @@ class PopulationAnnealing(ColouredSweep):
     max_populations: int = eqx.field(static=True, default=64, converter=V.plain)
     schedule: str = eqx.field(static=True, default="systematic")
     colors: Optional[tuple] = eqx.field(static=True, default=None, converter=as_classes)
+    mesh: Optional[Mesh] = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         o = "PopulationAnnealing"
@@ -171,12 +176,18 @@ class PopulationAnnealing(ColouredSweep):
         V.positive_int("num_populations", self.num_populations, owner=o)
         V.positive_int("moves_per_temp", self.moves_per_temp, owner=o)
         V.positive_int("max_temps", self.max_temps, owner=o)
+        V.positive_int("max_moves_per_temp", self.max_moves_per_temp, owner=o)
+        V.float_in("decorrelation", self.decorrelation, 0.0, 1.0, owner=o, hi_open=True)
+        check_split(self.mesh, self.num_replicas, "num_replicas", o)
         V.positive_int("max_populations", self.max_populations, owner=o)
         V.float_in("target_ess", self.target_ess, 0.0, 1.0, owner=o, lo_open=True, hi_open=True)
         V.float_in("min_families", self.min_families, 0.0, owner=o)
         V.choice("moves", self.moves, MOVES, owner=o)
         V.choice("resampling", self.resampling, RESAMPLING, owner=o)
         V.choice("schedule", self.schedule, SCHEDULES, owner=o)
+        if self.max_moves_per_temp < self.moves_per_temp:
+            raise IsingInputError(f"{o}: max_moves_per_temp ({self.max_moves_per_temp}) must be ≥ moves_per_temp "
+                                  f"({self.moves_per_temp}), the least moves per temperature.")
         if self.num_replicas < 2:
             raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got "
                                   f"{self.num_replicas}.")
@@ -242,9 +253,10 @@ class PopulationAnnealing(ColouredSweep):
             JJ = J.with_weights(ww) if sparse else ww
             return anneal_populations(k, sg(hh), JJ, sg(model.beta), aa, num_replicas=self.num_replicas,
                                       num_populations=self.num_populations, moves=moves,
-                                      moves_per_temp=self.moves_per_temp, target_ess=self.target_ess,
-                                      max_temps=self.max_temps, fractions=self.fractions,
-                                      resampling=self.resampling, classes=classes)
+                                      moves_per_temp=self.moves_per_temp,
+                                      max_moves_per_temp=self.max_moves_per_temp, decorrelation=self.decorrelation,
+                                      target_ess=self.target_ess, max_temps=self.max_temps, fractions=self.fractions,
+                                      resampling=self.resampling, classes=classes, mesh=self.mesh)
 
         keys = jax.random.split(key, B)
         return jax.vmap(one, in_axes=(0, 0, axis, None if act is None else 0))(keys, h, w, act)
@@ -271,6 +283,9 @@ class PopulationAnnealing(ColouredSweep):
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
         b = lambda x: x.reshape(batch + x.shape[1:])
         est = b(res.estimating)
+        moves = b(res.moves)
+        total = jnp.sum(moves, axis=(-2, -1)).astype(dtype)  # moves made, all populations
+        adaptive = self.fractions is None and self.max_moves_per_temp > self.moves_per_temp
         log_z, se, se_spread, se_fam = _combine(log_zp, b(res.families_eff), est, self.num_replicas)
         fam = jnp.min(b(res.families_eff), axis=-1)
         reached = jnp.all(b(res.reached), axis=-1)
@@ -278,9 +293,11 @@ class PopulationAnnealing(ColouredSweep):
         info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_se_spread": se_spread,
                 "log_z_se_families": se_fam, "log_z_populations": log_zp, "log_z_estimating": est,
                 "num_temps": jnp.max(b(res.num_temps), axis=-1), "ladder": b(res.ladder), "ess": b(res.ess),
-                "families_eff": fam, "reached_beta": reached,
-                "moves_per_temp": jnp.full(batch, self.moves_per_temp, jnp.int32),
-                "num_populations": jnp.full(batch, P, jnp.int32)}
+                "families_eff": fam, "reached_beta": reached, "moves": moves, "decorrelation": b(res.decorrelation),
+                "moves_per_temp": total / jnp.maximum(jnp.sum(b(res.num_temps), axis=-1), 1),
+                "moves_capped": jnp.sum(moves[..., 0, :] >= self.max_moves_per_temp, axis=-1) if adaptive
+                else jnp.zeros(batch, jnp.int32),
+                "sweeps": total * self.num_replicas, "num_populations": jnp.full(batch, P, jnp.int32)}
         if self.target_se is not None:
             info["target_se_reached"] = se <= self.target_se
             converged = converged & info["target_se_reached"]
