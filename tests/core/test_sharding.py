@@ -36,6 +36,7 @@ PT_LATTICE = textwrap.dedent(
         return h, J
 
     PT_SETTINGS = dict(num_warmup=64, num_samples=256, num_chains=8, num_replicas=5)
+    PA_SETTINGS = dict(num_replicas=16, num_populations=3, min_families=1)
     """
 )
 
@@ -154,6 +155,33 @@ WORKER = PT_LATTICE + textwrap.dedent(
         out["pt"]["error"] = str(e)
     out["seconds"]["pt"] = time.perf_counter() - t0
 
+    # Population annealing with its replicas split over the 4 devices against one device: the
+    # 4x4 ±J pair above (Gibbs moves) and a 4x4 ferromagnetic torus (Swendsen–Wang moves),
+    # 16 replicas x 3 populations, adaptive ladder and moves; resampling draws from the whole
+    # population. Everything but the decorrelation's last bits must be equal.
+    from isingattn import graphs
+    from isingattn.inference.mcmc import PopulationAnnealing
+    g = graphs.lattice([4, 4], periodic=True)
+    torus = IsingModel(np.zeros(16), graphs.random_couplings(jax.random.key(0), g, "ferro", 1.0, dtype=np.float64),
+                       beta=0.6)
+    out["pa"] = {}
+    for name, model in [("gibbs", pt_model), ("swendsen-wang", torus)]:
+        a, b = (PopulationAnnealing(**PA_SETTINGS, mesh=mm).marginals(model, key=jax.random.key(3))
+                for mm in (None, mesh))
+        r = {k: same(getattr(a, k), getattr(b, k)) for k in ("samples", "mean", "log_z")}
+        r.update({k: same(a.info[k], b.info[k]) for k in a.info if k not in ("log_z_kind", "decorrelation")})
+        r["decorrelation"] = maxdiff(a.info["decorrelation"][np.isfinite(a.info["decorrelation"])],
+                                     b.info["decorrelation"][np.isfinite(b.info["decorrelation"])])
+        r["moves"] = int(np.asarray(a.info["moves"]).sum())
+        r["distinct"] = int(np.unique(np.asarray(b.samples).reshape(-1, 16), axis=0).shape[0])
+        out["pa"][name] = r
+    try:
+        PopulationAnnealing(num_replicas=6, mesh=mesh)
+        out["pa"]["error"] = None
+    except ValueError as e:
+        out["pa"]["error"] = str(e)
+    out["seconds"]["pa"] = time.perf_counter() - t0
+
     # the helpers
     x = shard_batch(np.arange(8 * 3).reshape(8, 3), mesh)
     out["shard_batch"] = {"shape": list(x.shape), "shard_rows": [s.data.shape[0] for s in x.addressable_shards]}
@@ -232,6 +260,22 @@ def test_pt_sharded_chains_match_single_device(result):
     assert len(r["loop_collectives"]) == 1 and r["loop_collectives"][0].startswith("f64[4,8,2]"), r["loop_collectives"]
 
 
+def test_pa_sharded_replicas_match_single_device(result):
+    """PopulationAnnealing(mesh=...) splits each population's replicas over the devices and
+    resamples from the whole population; with Gibbs moves (a batch of two glassy lattices) and
+    Swendsen–Wang moves (a torus) the samples, log Z, ladder, moves, families and SE are the
+    single-device run's, bit for bit (the autocorrelation that decides the moves is a float
+    reduction: equal to rounding)."""
+    for name in ("gibbs", "swendsen-wang"):
+        r = result["pa"][name]
+        unequal = [k for k, v in r.items() if v is False]
+        assert not unequal, (name, unequal)
+        assert {"samples", "log_z", "ladder", "moves", "families_eff", "log_z_se"} <= set(r)
+        assert r["decorrelation"] < 1e-12 and r["moves"] > 0
+    assert result["pa"]["gibbs"]["distinct"] > 20  # real draws (the ordered torus has few states)
+    assert result["pa"]["error"] and "num_replicas = 6" in result["pa"]["error"]
+
+
 def test_pt_refuses_chains_that_do_not_split(result):
     assert result["pt"]["error"] and "num_chains = 6" in result["pt"]["error"] and "multiple of 4" in result["pt"]["error"]
 
@@ -253,7 +297,11 @@ DIST_WORKER = PT_LATTICE + textwrap.dedent(
     m = ParallelTempering(**PT_SETTINGS, diagnostics=False, mesh=data_mesh()).marginals(
         IsingModel(h, J, beta=1.5), key=jax.random.key(3))
     digest = lambda x: hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
-    out = {"processes": jax.process_count(), "devices": jax.device_count(), "local": jax.local_device_count(),
+    from isingattn.inference.mcmc import PopulationAnnealing
+    pa = PopulationAnnealing(**PA_SETTINGS, mesh=data_mesh()).marginals(IsingModel(h, J, beta=1.5),
+                                                                         key=jax.random.key(3))
+    out = {"pa_samples": digest(pa.samples), "pa_log_z": np.asarray(pa.log_z).tolist(),
+           "pa_moves": np.asarray(pa.info["moves"]).tolist(), "processes": jax.process_count(), "devices": jax.device_count(), "local": jax.local_device_count(),
            "samples": digest(m.samples), "energy": digest(m.info["energy"]),
            **{k: np.asarray(v).tolist() for k, v in [("mean", m.mean), ("log_z", m.log_z),
                                                       ("swap_rate", m.info["swap_rate"]), ("ladder", m.info["ladder"])]}}
@@ -267,7 +315,8 @@ def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
     """ParallelTempering(mesh=data_mesh()) after jax.distributed.initialize in two processes
     on localhost (2 CPU devices each, 8 chains over the 4 global devices) gives, in both
     processes, the samples, marginals, swap rates, ladder and log Z of a one-process,
-    one-device run, bit for bit."""
+    one-device run, bit for bit; so does PopulationAnnealing(mesh=data_mesh()) (16 replicas
+    per population over the 4 devices, global resampling): samples, log Z and moves."""
     import hashlib
     import socket
 
@@ -275,7 +324,7 @@ def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
     import numpy as np
 
     from isingattn import IsingModel
-    from isingattn.inference.mcmc import ParallelTempering
+    from isingattn.inference.mcmc import ParallelTempering, PopulationAnnealing
 
     with socket.socket() as sock:  # a free port for the coordinator
         sock.bind(("127.0.0.1", 0))
@@ -298,6 +347,7 @@ def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
         h, J = ns["pt_lattice"]()
         ref = ParallelTempering(**ns["PT_SETTINGS"], diagnostics=False).marginals(IsingModel(h, J, beta=1.5),
                                                                                  key=jax.random.key(3))
+        ref_pa = PopulationAnnealing(**ns["PA_SETTINGS"]).marginals(IsingModel(h, J, beta=1.5), key=jax.random.key(3))
         for p in procs:
             p.wait(timeout=300)
     finally:
@@ -315,6 +365,9 @@ def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
     for r in results:
         assert (r["processes"], r["devices"], r["local"]) == (2, 4, 2)
         assert r["samples"] == digest(ref.samples) and r["energy"] == digest(ref.info["energy"])
+        assert r["pa_samples"] == digest(ref_pa.samples)  # population annealing, replicas over 4 devices
+        np.testing.assert_array_equal(np.asarray(r["pa_log_z"]), np.asarray(ref_pa.log_z))
+        np.testing.assert_array_equal(np.asarray(r["pa_moves"]), np.asarray(ref_pa.info["moves"]))
         for k, v in [("mean", ref.mean), ("log_z", ref.log_z), ("swap_rate", ref.info["swap_rate"]),
                      ("ladder", ref.info["ladder"])]:
             np.testing.assert_array_equal(np.asarray(r[k]), np.asarray(v), err_msg=k)
