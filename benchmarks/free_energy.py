@@ -11,8 +11,9 @@ Cases (``--cases``):
 
 Estimators (``--estimators``):
 
-* ``pa``: ``get("pa")`` with its defaults (or ``--replicas``/``--populations``/``--moves-per-temp``); its budget in
-  replica-sweeps is ``populations · replicas · num_temps · moves_per_temp`` (the pilot included);
+* ``pa``: ``get("pa")`` with its defaults (or ``--replicas``/``--populations``/``--moves-per-temp``/
+  ``--max-moves-per-temp``/``--decorrelation``); its budget in replica-sweeps is ``info["sweeps"]``
+  (every population's moves, the pilot included);
 * ``ais``: ``AIS`` with ``--ais-chains`` chains and ``num_temps`` set so that
   ``chains · num_temps`` is PA's budget of the same key (one sweep per temperature),
   Swendsen–Wang moves on the tori, Gibbs on the strips (as PA's ``moves="auto"``);
@@ -22,11 +23,16 @@ Per run: the error against the exact value, the reported SE, ``z = error / SE``,
 time (user + system of this process, compile included). The summary gives per case and
 estimator the mean SE, RMS error, the share of ``|z| ≤ 2`` and mean ``z²`` (the calibration
 targets: ≥ 0.9 and ≤ 1.5), and the ratio of PA's mean SE to this estimator's (the target
-against AIS: ≤ 1/3). blackjax's ``adaptive_tempered_smc`` is not run: blackjax is not a
-dependency.
+against AIS: ≤ 1/3).
+
+* ``blackjax``: blackjax's ``adaptive_tempered_smc`` (the ``bench`` extra), one population of
+  PA's ``R`` particles, ESS target 0.9, systematic resampling, its MCMC move our heat-bath
+  sweep, ``P ×`` PA's mean moves per temperature of sweeps per step (about PA's budget: the
+  sweeps column says); its log Z has no SE, and the notes give the ESS fractions its steps
+  kept (its ESS solver's sign bug, #914, would show as fractions off the target).
 
 Run:  python benchmarks/free_energy.py --cases torus:32:0.4406868 torus:32:0.6 --estimators pa
-      python benchmarks/free_energy.py --cases torus:16:0.4406868 torus:16:0.6 --seeds 0 1 2
+      python benchmarks/free_energy.py --cases torus:16:0.4406868 torus:16:0.6 --seeds 0 1 2 --estimators pa ais blackjax
       python benchmarks/free_energy.py --cases torus:16:0.4406868 --seeds $(seq 0 19) --estimators pa
 """
 

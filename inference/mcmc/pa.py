@@ -14,13 +14,27 @@ Each step, from ``β_k`` with energies ``E_r``:
    the ``(u + i)/R`` quantiles; the default), ``"residual"`` (``floor(R w_r)`` copies, the
    rest multinomial) or ``"multinomial"``; every scheme gives each replica ``R w_r``
    offspring in expectation;
-4. every replica makes ``moves_per_temp`` moves at ``β_{k+1}``: Swendsen–Wang cluster moves
+4. every replica makes moves at ``β_{k+1}``: Swendsen–Wang cluster moves
    (:mod:`~isingattn.inference.mcmc.swendsen_wang_kernel`, exact for ``J ≥ 0``, the default
-   there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``).
+   there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``), in
+   rounds of ``moves_per_temp`` (2): after each round the pilot's autocorrelation since the
+   resampling (:func:`~isingattn.inference.mcmc.pa_kernel.autocorrelation`: the larger of
+   the connected spin autocorrelation over the population and the correlation of the
+   replicas' energies) is compared with ``decorrelation`` (0.25), and rounds go on while it
+   is above, up to ``max_moves_per_temp`` (32). Copies of one resampled replica are then
+   about as different as independent replicas, which is what keeps the families many where
+   the moves mix slowly (a glass at low temperature), and costs few extra moves where they
+   mix fast. ``info["moves"]`` has the moves of every step, ``info["moves_capped"]`` the
+   steps that stopped at the cap. With a fixed ladder the moves are fixed too
+   (``moves_per_temp``): there is no pilot to choose them.
 
 All of it runs in one ``lax.while_loop`` on the device (static shapes: at most
 ``max_temps`` steps; the ladder is kept in a fixed-size array). ``num_populations``
-independent populations are one batch axis of that loop, and share one ladder.
+independent populations are one batch axis of that loop, and share one ladder and the
+number of moves. ``mesh`` (a ``jax.sharding.Mesh``) splits every population's replicas
+over its devices (one host or several, under ``jax.distributed``); resampling draws from
+the whole population (global), and the reductions over replicas run on gathered arrays or
+on exact integer sums, so a split run gives the one-device run's samples and ``log Z``.
 
 The pilot: an adaptive step chosen from a population's own weights biases that
 population's ``log Ẑ`` low (the step is short exactly where the sampled energies spread
@@ -121,7 +135,10 @@ class PopulationAnnealing(ColouredSweep):
       ladder at least 3 (population 0 is the pilot), with ``fractions`` at least 2;
     * ``moves``: ``"auto"`` (Swendsen–Wang when every coupling of the concrete model is
       ``≥ 0``, else Gibbs; Gibbs for traced couplings), ``"swendsen-wang"`` (a negative
-      coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2);
+      coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2): the moves of a round, the
+      least per temperature; ``max_moves_per_temp`` (32): the most (equal to
+      ``moves_per_temp``: a fixed number); ``decorrelation`` (0.25): the pilot's
+      autocorrelation since resampling below which the rounds stop;
     * ``target_ess`` (0.9): the ESS fraction each adaptive step keeps; ``max_temps`` (1024):
       the most steps; ``fractions``: a fixed ladder ``β_k/β`` (a tuple, increasing, the last
       1) in place of the adaptive one;
@@ -132,7 +149,10 @@ class PopulationAnnealing(ColouredSweep):
       ``log_z_se ≤ target_se`` or ``max_populations`` (64) have run; the run then leaves
       ``jax.jit`` for a host loop between compiled batches (under a caller's ``jax.jit``
       one batch runs);
-    * ``schedule``/``colors``: the Gibbs sweep order, as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`.
+    * ``schedule``/``colors``: the Gibbs sweep order, as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`;
+    * ``mesh`` (None): a ``jax.sharding.Mesh`` over which each population's replicas are
+      split (``num_replicas`` a multiple of its device count, else ``IsingInputError``);
+      resampling stays global and the results are the one-device run's.
 
     ``marginals(model, *, key)`` returns:
 
@@ -147,7 +167,12 @@ class PopulationAnnealing(ColouredSweep):
       ``info["ess"] [*batch, P, T]`` (each population's ESS fraction at each step; ``T``:
       ``max_temps`` or the fixed ladder's length; NaN after the last step),
       ``info["families_eff"] [*batch]`` (the smallest over the populations),
-      ``info["moves_per_temp"]``, ``info["num_populations"]``, ``info["reached_beta"]``;
+      ``info["moves"] [*batch, P, T]`` (int32, the moves after each step; 0 after the last),
+      ``info["decorrelation"] [*batch, P, T]`` (the pilot's autocorrelation after them; NaN
+      with fixed moves), ``info["moves_per_temp"] [*batch]`` (their mean over the steps),
+      ``info["moves_capped"] [*batch]`` (steps that stopped at ``max_moves_per_temp``),
+      ``info["sweeps"] [*batch]`` (replica-moves in all: the budget), ``info["num_populations"]``,
+      ``info["reached_beta"]``;
     * ``info["converged"] [*batch]``: every population reached β, ``families_eff ≥
       min_families``, a finite SE and (with ``target_se``) ``log_z_se ≤ target_se``; with
       Swendsen–Wang moves also that no coupling is negative. The warning says which failed.
@@ -295,8 +320,9 @@ class PopulationAnnealing(ColouredSweep):
                 "num_temps": jnp.max(b(res.num_temps), axis=-1), "ladder": b(res.ladder), "ess": b(res.ess),
                 "families_eff": fam, "reached_beta": reached, "moves": moves, "decorrelation": b(res.decorrelation),
                 "moves_per_temp": total / jnp.maximum(jnp.sum(b(res.num_temps), axis=-1), 1),
-                "moves_capped": jnp.sum(moves[..., 0, :] >= self.max_moves_per_temp, axis=-1) if adaptive
-                else jnp.zeros(batch, jnp.int32),
+                # steps whose rounds stopped at the cap with the pilot's autocorrelation still above
+                "moves_capped": jnp.sum((b(res.decorrelation) > self.decorrelation) & ~est[..., None], axis=(-2, -1))
+                if adaptive else jnp.zeros(batch, jnp.int32),
                 "sweeps": total * self.num_replicas, "num_populations": jnp.full(batch, P, jnp.int32)}
         if self.target_se is not None:
             info["target_se_reached"] = se <= self.target_se
@@ -323,7 +349,10 @@ class PopulationAnnealing(ColouredSweep):
         fam = np.asarray(info["families_eff"])
         if (fam < self.min_families).any():
             why.append(f"the fewest effective families is {fam.min():.3g} < min_families={self.min_families:g}: the "
-                       "moves did not decorrelate the population (raise num_replicas or moves_per_temp)")
+                       "moves did not decorrelate the population (raise num_replicas or max_moves_per_temp, or "
+                       "lower decorrelation)" + (f"; {int(np.asarray(info['moves_capped']).max())} steps stopped "
+                                                 f"at max_moves_per_temp={self.max_moves_per_temp}"
+                                                 if np.asarray(info["moves_capped"]).any() else ""))
         if "target_se_reached" in info and not np.asarray(info["target_se_reached"]).all():
             se = np.asarray(info["log_z_se"])
             why.append(f"log_z_se {np.nanmax(se):.3g} is above target_se={self.target_se:g} after "
