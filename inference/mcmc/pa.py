@@ -18,7 +18,7 @@ Each step, from ``β_k`` with energies ``E_r``:
    (:mod:`~isingattn.inference.mcmc.swendsen_wang_kernel`, exact for ``J ≥ 0``, the default
    there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``), in
    rounds of ``moves_per_temp`` (2): after each round the pilot's autocorrelation since the
-   resampling (:func:`~isingattn.inference.mcmc.pa_kernel.autocorrelation`: the larger of
+   resampling (``pa_kernel.autocorrelation``: the larger of
    the connected spin autocorrelation over the population and the correlation of the
    replicas' energies) is compared with ``decorrelation`` (0.25), and rounds go on while it
    is above, up to ``max_moves_per_temp`` (32). Copies of one resampled replica are then
