@@ -14,13 +14,27 @@ Each step, from ``β_k`` with energies ``E_r``:
    the ``(u + i)/R`` quantiles; the default), ``"residual"`` (``floor(R w_r)`` copies, the
    rest multinomial) or ``"multinomial"``; every scheme gives each replica ``R w_r``
    offspring in expectation;
-4. every replica makes ``moves_per_temp`` moves at ``β_{k+1}``: Swendsen–Wang cluster moves
+4. every replica makes moves at ``β_{k+1}``: Swendsen–Wang cluster moves
    (:mod:`~isingattn.inference.mcmc.swendsen_wang_kernel`, exact for ``J ≥ 0``, the default
-   there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``).
+   there) or heat-bath sweeps (:mod:`~isingattn.inference.mcmc.gibbs_kernel`, any ``J``), in
+   rounds of ``moves_per_temp`` (2): after each round the pilot's autocorrelation since the
+   resampling (``pa_kernel.autocorrelation``: the larger of
+   the connected spin autocorrelation over the population and the correlation of the
+   replicas' energies) is compared with ``decorrelation`` (0.25), and rounds go on while it
+   is above, up to ``max_moves_per_temp`` (32). Copies of one resampled replica are then
+   about as different as independent replicas, which is what keeps the families many where
+   the moves mix slowly (a glass at low temperature), and costs few extra moves where they
+   mix fast. ``info["moves"]`` has the moves of every step, ``info["moves_capped"]`` the
+   steps that stopped at the cap. With a fixed ladder the moves are fixed too
+   (``moves_per_temp``): there is no pilot to choose them.
 
 All of it runs in one ``lax.while_loop`` on the device (static shapes: at most
 ``max_temps`` steps; the ladder is kept in a fixed-size array). ``num_populations``
-independent populations are one batch axis of that loop, and share one ladder.
+independent populations are one batch axis of that loop, and share one ladder and the
+number of moves. ``mesh`` (a ``jax.sharding.Mesh``) splits every population's replicas
+over its devices (one host or several, under ``jax.distributed``); resampling draws from
+the whole population (global), and the reductions over replicas run on gathered arrays or
+on exact integer sums, so a split run gives the one-device run's samples and ``log Z``.
 
 The pilot: an adaptive step chosen from a population's own weights biases that
 population's ``log Ẑ`` low (the step is short exactly where the sampled energies spread
@@ -70,6 +84,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import Mesh
 
 from isingattn import validate as V
 from isingattn.errors import IsingInputError
@@ -81,6 +96,7 @@ from isingattn.inference.mcmc.resampling import RESAMPLING
 from isingattn.inference.mcmc.swendsen_wang_kernel import count_negative, negative_coupling_error
 from isingattn.marginals import Label, Marginals
 from isingattn.model import IsingModel, is_traced
+from isingattn.sharding import check_split
 from isingattn.sparse import SparseCouplings
 
 MOVES = ("auto", "swendsen-wang", "gibbs")
@@ -119,7 +135,10 @@ class PopulationAnnealing(ColouredSweep):
       ladder at least 3 (population 0 is the pilot), with ``fractions`` at least 2;
     * ``moves``: ``"auto"`` (Swendsen–Wang when every coupling of the concrete model is
       ``≥ 0``, else Gibbs; Gibbs for traced couplings), ``"swendsen-wang"`` (a negative
-      coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2);
+      coupling is refused) or ``"gibbs"``; ``moves_per_temp`` (2): the moves of a round, the
+      least per temperature; ``max_moves_per_temp`` (32): the most (equal to
+      ``moves_per_temp``: a fixed number); ``decorrelation`` (0.25): the pilot's
+      autocorrelation since resampling below which the rounds stop;
     * ``target_ess`` (0.9): the ESS fraction each adaptive step keeps; ``max_temps`` (1024):
       the most steps; ``fractions``: a fixed ladder ``β_k/β`` (a tuple, increasing, the last
       1) in place of the adaptive one;
@@ -130,7 +149,10 @@ class PopulationAnnealing(ColouredSweep):
       ``log_z_se ≤ target_se`` or ``max_populations`` (64) have run; the run then leaves
       ``jax.jit`` for a host loop between compiled batches (under a caller's ``jax.jit``
       one batch runs);
-    * ``schedule``/``colors``: the Gibbs sweep order, as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`.
+    * ``schedule``/``colors``: the Gibbs sweep order, as in :class:`~isingattn.inference.mcmc.gibbs.Gibbs`;
+    * ``mesh`` (None): a ``jax.sharding.Mesh`` over which each population's replicas are
+      split (``num_replicas`` a multiple of its device count, else ``IsingInputError``);
+      resampling stays global and the results are the one-device run's.
 
     ``marginals(model, *, key)`` returns:
 
@@ -145,7 +167,12 @@ class PopulationAnnealing(ColouredSweep):
       ``info["ess"] [*batch, P, T]`` (each population's ESS fraction at each step; ``T``:
       ``max_temps`` or the fixed ladder's length; NaN after the last step),
       ``info["families_eff"] [*batch]`` (the smallest over the populations),
-      ``info["moves_per_temp"]``, ``info["num_populations"]``, ``info["reached_beta"]``;
+      ``info["moves"] [*batch, P, T]`` (int32, the moves after each step; 0 after the last),
+      ``info["decorrelation"] [*batch, P, T]`` (the pilot's autocorrelation after them; NaN
+      with fixed moves), ``info["moves_per_temp"] [*batch]`` (their mean over the steps),
+      ``info["moves_capped"] [*batch]`` (steps that stopped at ``max_moves_per_temp``),
+      ``info["sweeps"] [*batch]`` (replica-moves in all: the budget), ``info["num_populations"]``,
+      ``info["reached_beta"]``;
     * ``info["converged"] [*batch]``: every population reached β, ``families_eff ≥
       min_families``, a finite SE and (with ``target_se``) ``log_z_se ≤ target_se``; with
       Swendsen–Wang moves also that no coupling is negative. The warning says which failed.
@@ -155,6 +182,8 @@ class PopulationAnnealing(ColouredSweep):
     num_populations: int = eqx.field(static=True, default=4, converter=V.plain)
     moves: str = eqx.field(static=True, default="auto")
     moves_per_temp: int = eqx.field(static=True, default=2, converter=V.plain)
+    max_moves_per_temp: int = eqx.field(static=True, default=32, converter=V.plain)
+    decorrelation: float = eqx.field(static=True, default=0.25, converter=V.plain)
     target_ess: float = eqx.field(static=True, default=0.9, converter=V.plain)
     max_temps: int = eqx.field(static=True, default=1024, converter=V.plain)
     fractions: Optional[tuple] = eqx.field(static=True, default=None, converter=V.plain)
@@ -164,6 +193,7 @@ class PopulationAnnealing(ColouredSweep):
     max_populations: int = eqx.field(static=True, default=64, converter=V.plain)
     schedule: str = eqx.field(static=True, default="systematic")
     colors: Optional[tuple] = eqx.field(static=True, default=None, converter=as_classes)
+    mesh: Optional[Mesh] = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         o = "PopulationAnnealing"
@@ -171,12 +201,18 @@ class PopulationAnnealing(ColouredSweep):
         V.positive_int("num_populations", self.num_populations, owner=o)
         V.positive_int("moves_per_temp", self.moves_per_temp, owner=o)
         V.positive_int("max_temps", self.max_temps, owner=o)
+        V.positive_int("max_moves_per_temp", self.max_moves_per_temp, owner=o)
+        V.float_in("decorrelation", self.decorrelation, 0.0, 1.0, owner=o, hi_open=True)
+        check_split(self.mesh, self.num_replicas, "num_replicas", o)
         V.positive_int("max_populations", self.max_populations, owner=o)
         V.float_in("target_ess", self.target_ess, 0.0, 1.0, owner=o, lo_open=True, hi_open=True)
         V.float_in("min_families", self.min_families, 0.0, owner=o)
         V.choice("moves", self.moves, MOVES, owner=o)
         V.choice("resampling", self.resampling, RESAMPLING, owner=o)
         V.choice("schedule", self.schedule, SCHEDULES, owner=o)
+        if self.max_moves_per_temp < self.moves_per_temp:
+            raise IsingInputError(f"{o}: max_moves_per_temp ({self.max_moves_per_temp}) must be ≥ moves_per_temp "
+                                  f"({self.moves_per_temp}), the least moves per temperature.")
         if self.num_replicas < 2:
             raise IsingInputError(f"{o}: num_replicas must be ≥ 2 (a population to resample); got "
                                   f"{self.num_replicas}.")
@@ -242,9 +278,10 @@ class PopulationAnnealing(ColouredSweep):
             JJ = J.with_weights(ww) if sparse else ww
             return anneal_populations(k, sg(hh), JJ, sg(model.beta), aa, num_replicas=self.num_replicas,
                                       num_populations=self.num_populations, moves=moves,
-                                      moves_per_temp=self.moves_per_temp, target_ess=self.target_ess,
-                                      max_temps=self.max_temps, fractions=self.fractions,
-                                      resampling=self.resampling, classes=classes)
+                                      moves_per_temp=self.moves_per_temp,
+                                      max_moves_per_temp=self.max_moves_per_temp, decorrelation=self.decorrelation,
+                                      target_ess=self.target_ess, max_temps=self.max_temps, fractions=self.fractions,
+                                      resampling=self.resampling, classes=classes, mesh=self.mesh)
 
         keys = jax.random.split(key, B)
         return jax.vmap(one, in_axes=(0, 0, axis, None if act is None else 0))(keys, h, w, act)
@@ -271,6 +308,9 @@ class PopulationAnnealing(ColouredSweep):
         log_zp = res.log_z.reshape(batch + (P,)) + n_active[..., None] * jnp.log(2.0).astype(dtype)
         b = lambda x: x.reshape(batch + x.shape[1:])
         est = b(res.estimating)
+        moves = b(res.moves)
+        total = jnp.sum(moves, axis=(-2, -1)).astype(dtype)  # moves made, all populations
+        adaptive = self.fractions is None and self.max_moves_per_temp > self.moves_per_temp
         log_z, se, se_spread, se_fam = _combine(log_zp, b(res.families_eff), est, self.num_replicas)
         fam = jnp.min(b(res.families_eff), axis=-1)
         reached = jnp.all(b(res.reached), axis=-1)
@@ -278,9 +318,12 @@ class PopulationAnnealing(ColouredSweep):
         info = {"log_z_kind": Label("estimate"), "log_z_se": se, "log_z_se_spread": se_spread,
                 "log_z_se_families": se_fam, "log_z_populations": log_zp, "log_z_estimating": est,
                 "num_temps": jnp.max(b(res.num_temps), axis=-1), "ladder": b(res.ladder), "ess": b(res.ess),
-                "families_eff": fam, "reached_beta": reached,
-                "moves_per_temp": jnp.full(batch, self.moves_per_temp, jnp.int32),
-                "num_populations": jnp.full(batch, P, jnp.int32)}
+                "families_eff": fam, "reached_beta": reached, "moves": moves, "decorrelation": b(res.decorrelation),
+                "moves_per_temp": total / jnp.maximum(jnp.sum(b(res.num_temps), axis=-1), 1),
+                # steps whose rounds stopped at the cap with the pilot's autocorrelation still above
+                "moves_capped": jnp.sum((b(res.decorrelation) > self.decorrelation) & ~est[..., None], axis=(-2, -1))
+                if adaptive else jnp.zeros(batch, jnp.int32),
+                "sweeps": total * self.num_replicas, "num_populations": jnp.full(batch, P, jnp.int32)}
         if self.target_se is not None:
             info["target_se_reached"] = se <= self.target_se
             converged = converged & info["target_se_reached"]
@@ -306,7 +349,10 @@ class PopulationAnnealing(ColouredSweep):
         fam = np.asarray(info["families_eff"])
         if (fam < self.min_families).any():
             why.append(f"the fewest effective families is {fam.min():.3g} < min_families={self.min_families:g}: the "
-                       "moves did not decorrelate the population (raise num_replicas or moves_per_temp)")
+                       "moves did not decorrelate the population (raise num_replicas or max_moves_per_temp, or "
+                       "lower decorrelation)" + (f"; {int(np.asarray(info['moves_capped']).max())} steps stopped "
+                                                 f"at max_moves_per_temp={self.max_moves_per_temp}"
+                                                 if np.asarray(info["moves_capped"]).any() else ""))
         if "target_se_reached" in info and not np.asarray(info["target_se_reached"]).all():
             se = np.asarray(info["log_z_se"])
             why.append(f"log_z_se {np.nanmax(se):.3g} is above target_se={self.target_se:g} after "

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 DEVICES = 4
@@ -36,6 +37,27 @@ PT_LATTICE = textwrap.dedent(
         return h, J
 
     PT_SETTINGS = dict(num_warmup=64, num_samples=256, num_chains=8, num_replicas=5)
+    PA_SETTINGS = dict(num_replicas=16, num_populations=3, min_families=1)
+
+    def pa_cases():
+        # population annealing: the pair above (Gibbs moves), a 4x4 ferromagnetic torus (Swendsen–Wang)
+        import jax
+        from isingattn import IsingModel, graphs
+        h, J = pt_lattice()
+        Jt = graphs.random_couplings(jax.random.key(0), graphs.lattice([4, 4], periodic=True), "ferro", 1.0,
+                                     dtype=np.float64)
+        return {"gibbs": IsingModel(h, J, beta=1.5), "swendsen-wang": IsingModel(np.zeros(16), Jt, beta=0.6)}
+
+    def pa_summary(m):
+        # what a sharded and an unsharded run must share: digests of the arrays, log Z, the moves
+        import hashlib
+        digest = lambda x: hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
+        out = {k: digest(m.info[k]) for k in ("ladder", "ess", "moves", "families_eff", "log_z_populations",
+                                              "log_z_se", "num_temps")}
+        dec = np.asarray(m.info["decorrelation"])
+        return {**out, "samples": digest(m.samples), "mean": digest(m.mean), "log_z": np.asarray(m.log_z).tolist(),
+                "moves_total": int(np.asarray(m.info["moves"]).sum()), "decorrelation": dec[np.isfinite(dec)].tolist(),
+                "distinct": int(np.unique(np.asarray(m.samples).reshape(-1, 16), axis=0).shape[0])}
     """
 )
 
@@ -154,6 +176,18 @@ WORKER = PT_LATTICE + textwrap.dedent(
         out["pt"]["error"] = str(e)
     out["seconds"]["pt"] = time.perf_counter() - t0
 
+    # Population annealing with each population's 16 replicas split over the 4 devices (the
+    # test compares it with one device, run in the test process meanwhile)
+    from isingattn.inference.mcmc import PopulationAnnealing
+    out["pa"] = {name: pa_summary(PopulationAnnealing(**PA_SETTINGS, mesh=mesh).marginals(model, key=jax.random.key(3)))
+                 for name, model in pa_cases().items()}
+    try:
+        PopulationAnnealing(num_replicas=6, mesh=mesh)
+        out["pa"]["error"] = None
+    except ValueError as e:
+        out["pa"]["error"] = str(e)
+    out["seconds"]["pa"] = time.perf_counter() - t0
+
     # the helpers
     x = shard_batch(np.arange(8 * 3).reshape(8, 3), mesh)
     out["shard_batch"] = {"shape": list(x.shape), "shard_rows": [s.data.shape[0] for s in x.addressable_shards]}
@@ -173,10 +207,26 @@ def result():
     # the suite's XLA_FLAGS (conftest.py: quick compilation, most of the worker's time) plus the device count
     env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
     env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"worker failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    proc = subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        # while it runs: the one-device population annealing runs that the worker's must equal
+        import jax
+
+        from isingattn.inference.mcmc import PopulationAnnealing
+
+        ns = {}
+        exec(PT_LATTICE, ns)
+        reference = {name: ns["pa_summary"](PopulationAnnealing(**ns["PA_SETTINGS"]).marginals(model,
+                                                                                              key=jax.random.key(3)))
+                     for name, model in ns["pa_cases"]().items()}
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"worker failed (rc {proc.returncode}):\n{stdout[-3000:]}\n{stderr[-5000:]}"
+    return {**json.loads(lines[-1][len("RESULT "):]), "pa_reference": reference}
 
 
 def test_worker_sees_the_fake_devices(result):
@@ -232,6 +282,22 @@ def test_pt_sharded_chains_match_single_device(result):
     assert len(r["loop_collectives"]) == 1 and r["loop_collectives"][0].startswith("f64[4,8,2]"), r["loop_collectives"]
 
 
+def test_pa_sharded_replicas_match_single_device(result):
+    """PopulationAnnealing(mesh=...) splits each population's replicas over the devices and
+    resamples from the whole population; with Gibbs moves (a batch of two glassy lattices) and
+    Swendsen–Wang moves (a torus) the samples, marginals, log Z, ladder, ESS, moves, families
+    and SE are the one-device run's, bit for bit (the autocorrelation that decides the moves
+    is a float reduction: equal to rounding)."""
+    for name in ("gibbs", "swendsen-wang"):
+        got, ref = result["pa"][name], result["pa_reference"][name]
+        np.testing.assert_allclose(got.pop("decorrelation"), ref["decorrelation"], rtol=0, atol=1e-12)
+        unequal = [k for k in ref if k != "decorrelation" and got[k] != ref[k]]
+        assert not unequal, (name, unequal)
+        assert ref["moves_total"] > 0
+    assert result["pa_reference"]["gibbs"]["distinct"] > 20  # real draws (the ordered torus has few states)
+    assert result["pa"]["error"] and "num_replicas = 6" in result["pa"]["error"]
+
+
 def test_pt_refuses_chains_that_do_not_split(result):
     assert result["pt"]["error"] and "num_chains = 6" in result["pt"]["error"] and "multiple of 4" in result["pt"]["error"]
 
@@ -253,7 +319,11 @@ DIST_WORKER = PT_LATTICE + textwrap.dedent(
     m = ParallelTempering(**PT_SETTINGS, diagnostics=False, mesh=data_mesh()).marginals(
         IsingModel(h, J, beta=1.5), key=jax.random.key(3))
     digest = lambda x: hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
-    out = {"processes": jax.process_count(), "devices": jax.device_count(), "local": jax.local_device_count(),
+    from isingattn.inference.mcmc import PopulationAnnealing
+    pa = pa_summary(PopulationAnnealing(**PA_SETTINGS, mesh=data_mesh()).marginals(pa_cases()["gibbs"],
+                                                                                    key=jax.random.key(3)))
+    out = {"pa_samples": pa["samples"], "pa_log_z": pa["log_z"], "pa_moves": pa["moves"],
+           "processes": jax.process_count(), "devices": jax.device_count(), "local": jax.local_device_count(),
            "samples": digest(m.samples), "energy": digest(m.info["energy"]),
            **{k: np.asarray(v).tolist() for k, v in [("mean", m.mean), ("log_z", m.log_z),
                                                       ("swap_rate", m.info["swap_rate"]), ("ladder", m.info["ladder"])]}}
@@ -263,11 +333,12 @@ DIST_WORKER = PT_LATTICE + textwrap.dedent(
 )
 
 
-def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
+def test_pt_two_processes_jax_distributed_match_one_process(tmp_path, result):
     """ParallelTempering(mesh=data_mesh()) after jax.distributed.initialize in two processes
     on localhost (2 CPU devices each, 8 chains over the 4 global devices) gives, in both
     processes, the samples, marginals, swap rates, ladder and log Z of a one-process,
-    one-device run, bit for bit."""
+    one-device run, bit for bit; so does PopulationAnnealing(mesh=data_mesh()) (16 replicas
+    per population over the 4 devices, global resampling): samples, log Z and moves."""
     import hashlib
     import socket
 
@@ -315,6 +386,8 @@ def test_pt_two_processes_jax_distributed_match_one_process(tmp_path):
     for r in results:
         assert (r["processes"], r["devices"], r["local"]) == (2, 4, 2)
         assert r["samples"] == digest(ref.samples) and r["energy"] == digest(ref.info["energy"])
+        ref_pa = result["pa_reference"]["gibbs"]  # population annealing, replicas over the 4 devices
+        assert (r["pa_samples"], r["pa_log_z"], r["pa_moves"]) == (ref_pa["samples"], ref_pa["log_z"], ref_pa["moves"])
         for k, v in [("mean", ref.mean), ("log_z", ref.log_z), ("swap_rate", ref.info["swap_rate"]),
                      ("ladder", ref.info["ladder"])]:
             np.testing.assert_array_equal(np.asarray(r[k]), np.asarray(v), err_msg=k)

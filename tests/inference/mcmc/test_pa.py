@@ -85,6 +85,55 @@ def test_adaptive_ladder_keeps_the_target_ess(glassy_batch):
         np.testing.assert_array_equal(ladder[b], np.broadcast_to(ladder[b, 0], ladder[b].shape))  # one ladder
 
 
+def test_moves_adapt_in_rounds_until_the_pilot_decorrelates(glassy_batch):
+    """Every step makes whole rounds of moves_per_temp moves, at least one and at most
+    max_moves_per_temp; a step stops early only once the pilot's autocorrelation is at or
+    below the threshold, and at the cap otherwise (moves_capped counts those); the budget
+    and the mean are the sums of the recorded moves. All populations make the pilot's moves."""
+    model, _, eng, out = glassy_batch
+    moves = np.asarray(out.info["moves"])  # [batch, P, T]
+    dec = np.asarray(out.info["decorrelation"])
+    temps = np.asarray(out.info["num_temps"])
+    lo, hi = eng.moves_per_temp, eng.max_moves_per_temp
+    for b in range(2):
+        m, d = moves[b, 0, : temps[b]], dec[b, 0, : temps[b]]
+        assert np.all(m % lo == 0) and np.all((m >= lo) & (m <= hi))
+        assert np.all(moves[b, :, temps[b]:] == 0) and np.all(moves[b] == moves[b, :1])
+        early = m + lo <= hi
+        assert np.all(d[early] <= eng.decorrelation) and np.all(np.isfinite(d))
+        assert int(out.info["moves_capped"][b]) == np.sum(d > eng.decorrelation)
+        assert float(out.info["sweeps"][b]) == moves[b].sum() * eng.num_replicas
+        assert float(out.info["moves_per_temp"][b]) == pytest.approx(moves[b].sum() / (16 * temps[b]))
+    assert moves.max() > lo  # the glass at β = 1.2 needed more than one round somewhere
+
+
+def test_autocorrelation_against_numpy():
+    """The decorrelation measure against a float64 numpy transcription of its definition
+    (connected spin autocorrelation over the population, masked spins left out, and the
+    energies' correlation; the larger), and its two ends: 1 for an unmoved population, about
+    0 (within 4.5 SE of the null, 1/sqrt(R)) for an independent one."""
+    from isingattn.inference.mcmc.pa_kernel import autocorrelation
+
+    rng = np.random.default_rng(11)
+    R, n = 512, 30
+    s0 = np.where(rng.random((R, n)) < 0.7, 1.0, -1.0)
+    s0[:, :3] = 0  # masked
+    flip = rng.random((R, n)) < 0.2
+    s = np.where(flip, -s0, s0)
+    E0 = rng.normal(size=R)
+    E = 0.3 * E0 + rng.normal(size=R)
+    m0, m = s0.mean(0), s.mean(0)
+    spin = ((s0 * s).mean(0) - m0 * m).sum() / ((s0 * s0).mean(0) - m0 * m0).sum()
+    en = np.corrcoef(E0, E)[0, 1]
+    got = float(autocorrelation(jnp.asarray(s0), jnp.asarray(s), jnp.asarray(E0), jnp.asarray(E)))
+    assert got == pytest.approx(max(spin, en), abs=1e-12)
+    assert float(autocorrelation(jnp.asarray(s0), jnp.asarray(s0), jnp.asarray(E0), jnp.asarray(E0))) == pytest.approx(1)
+    s1 = np.where(rng.random((R, n)) < 0.7, 1.0, -1.0)
+    s1[:, :3] = 0
+    null = float(autocorrelation(jnp.asarray(s0), jnp.asarray(s1), jnp.asarray(E0), jnp.asarray(rng.normal(size=R))))
+    assert abs(null) <= 4.5 / np.sqrt(R)
+
+
 def test_same_key_same_result_and_other_key_differs(glassy_batch):
     model, _, eng, out = glassy_batch
     again = eng.marginals(model, key=jax.random.key(1))
@@ -181,7 +230,9 @@ def test_bad_settings_are_refused():
                 dict(target_ess=0.0),
                 dict(resampling="stratified"), dict(moves="metropolis"), dict(fractions=(0.5, 0.4, 1.0)),
                 dict(fractions=(0.5, 0.9)), dict(fractions=(0.0, 1.0)), dict(target_se=-1.0),
-                dict(target_se=0.1, max_populations=2), dict(max_temps=0), dict(moves_per_temp=0)]:
+                dict(target_se=0.1, max_populations=2), dict(max_temps=0), dict(moves_per_temp=0),
+                dict(moves_per_temp=4, max_moves_per_temp=3), dict(decorrelation=1.0), dict(decorrelation=-0.1),
+                dict(mesh=4)]:
         with pytest.raises(IsingInputError):
             PopulationAnnealing(**bad)
     h, J = random_model(np.random.default_rng(9), 5)  # couplings of both signs
