@@ -2,7 +2,7 @@
 the Monte Carlo standard error, and the rule that says which constant draws need no
 mixing. Ports of ``numpyro.diagnostics`` (numpy-only), so they work under ``jit``.
 For spin draws (Gibbs), :func:`spin_diagnostics` gives the same estimators from exact
-counts on the draws packed 32 to a word, about 25x faster than the FFT path on CPU.
+counts on the draws packed 32 to a word, much faster than the FFT path on CPU.
 
 One convention for every sampler. Draws are ``x [C, N, ...]`` (chains, draws, ...).
 
@@ -186,7 +186,7 @@ def pack_spins(x):
 
     One loop step per word, each reading 32 consecutive draws: in place when the draws
     are stored draw-major, as the Gibbs loop stores them. (As one fused reduction over a
-    chains-first view, XLA:CPU reads them strided, 10x slower.)"""
+    chains-first view, XLA:CPU reads them strided, far slower.)"""
     N, lanes = x.shape[0], x.shape[1:]
     Nw = -(-N // WORD)
     shift = jnp.arange(WORD, dtype=jnp.uint32).reshape((WORD,) + (1,) * len(lanes))
@@ -236,7 +236,7 @@ def _differing_pairs(Wt, q, N: int, C: int):
         return count + differ.reshape(WORD, C, -1).sum(1, dtype=jnp.int32)
 
     # summed over the chains word by word: the loop carries [32, F], not [32, C·F] (a fused
-    # reduction that stays in cache; 10x faster at C = 16, F = 4096)
+    # reduction that stays in cache; far faster at C = 16, F = 4096)
     return lax.fori_loop(0, Nw, word, jnp.zeros((WORD, Wt.shape[1] // C), jnp.int32))
 
 

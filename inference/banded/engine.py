@@ -22,7 +22,7 @@ when some model needs it):
   per-query ``exp(β s_t h_t)`` and a table ``exp(β s_t f_t(x))`` shared by every
   query with the same ``J``, so a step is multiply-adds, no exponential per state.
   A bound on the mass lost to underflow is checked per model.
-* log space (fallback, about 5-10x slower): ``logaddexp`` per state; finite and
+* log space (fallback, several times slower): ``logaddexp`` per state; finite and
   accurate for every finite input. It runs only when some model fails the bound
   (e.g. |h|, |J| ~ 1e2 competing in float32), and then for the whole batch.
 
@@ -362,7 +362,7 @@ def _scaled(xs, batch, beta, w, dt, block):
 
 def _log_space(xs, batch, beta, w, dt, block):
     """Forward–backward on log-messages (``logaddexp`` per state): finite and accurate
-    for any finite input, about 20x slower than ``_scaled`` on a CPU.
+    for any finite input, far slower than ``_scaled`` on a CPU.
     Returns mean [*batch, N] and log_z [*batch] (free spins included)."""
     n_states, half = 2**w, 2 ** (w - 1)
     S = spin_table(w, dt)

@@ -29,13 +29,12 @@ and ``E[βG f(x_b)] = Σ_x f (α'_b β_b + α_b β'_b) / z_b``. The couplings in
 ``V = K23 d β`` and ``V' = K23 d (β' + β (g·y) β)``: one GEMM over the rows per step.
 
 **Cost and memory.** Nothing is kept between the forward and the backward pass but the inputs:
-on a CPU, every megabyte of fresh buffer a call touches costs a page fault per 4 KiB (about
-0.6 ms per MiB on the VM of benchmarks/README.md), more than recomputing it. So the steps come
-in groups; a pass stores the message at the start of every group and recomputes a group's
-messages just before they are needed. The primal is ``α`` (twice) and ``β``; the backward pass
-``[α, α']`` (twice, one GEMM over both) and ``[β, β']``, plus the row contraction. The rows are
-processed in chunks of sequences (``CHUNK_BYTES`` of messages per step), whose buffers are
-reused chunk after chunk and stay in cache.
+on a CPU, every megabyte of fresh buffer a call touches costs a page fault per 4 KiB, more than
+recomputing it. So the steps come in groups; a pass stores the message at the start of every
+group and recomputes a group's messages just before they are needed. The primal is ``α`` (twice)
+and ``β``; the backward pass ``[α, α']`` (twice, one GEMM over both) and ``[β, β']``, plus the
+row contraction. The rows are processed in chunks of sequences (``CHUNK_BYTES`` of messages per
+step), whose buffers are reused chunk after chunk and stay in cache.
 
 **Causal models** (query ``i`` sees spins ``0..i``): row ``i`` is front-padded with
 ``o = k - 1 - i mod k`` free spins so that its chain ends exactly at the end of step ``i // k``;

@@ -275,7 +275,7 @@ class SQASampler(IsingSampler):
     the edge list (:func:`anneal_beta`); one compilation per graph and parameter set (a
     derived schedule runs in units of ``1/β``, so every BQM on one graph shares it). The
     kernel runs in float32 whatever ``jax_enable_x64`` (its noise and fields in float64
-    ran about 10x slower on a CPU); energies are the BQM's own.
+    ran far slower on a CPU); energies are the BQM's own.
 
     Ocean's parameters, as dwave-samplers names them (handled by the base,
     ``ocean.reads``, as in PTSampler and SwendsenWangSampler):
