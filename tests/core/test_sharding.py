@@ -80,6 +80,13 @@ WORKER = PT_LATTICE + textwrap.dedent(
     maxdiff = lambda a, b: max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
                                for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
+    def error_of(f):  # the message of the ValueError that f() raises, None when it raises none
+        try:
+            f()
+        except ValueError as e:
+            return str(e)
+        return None
+
     # Exact, non-causal, n=13 (NB = 2^7 columns, 32 per device), masked; the last query's
     # scale sends it through the log-space fallback. Marginals, corr, log Z and gradients.
     t0 = time.perf_counter()
@@ -169,11 +176,7 @@ WORKER = PT_LATTICE + textwrap.dedent(
     ops = ("all-gather(", "all-reduce(", "all-to-all(", "collective-permute(")
     out["pt"]["loop_collectives"] = [l.split(" = ")[1].split(" ")[0] for l in txt.splitlines()
                                      if "while/body" in l and any(o in l for o in ops)]
-    try:
-        ParallelTempering(num_chains=6, mesh=mesh)
-        out["pt"]["error"] = None
-    except ValueError as e:
-        out["pt"]["error"] = str(e)
+    out["pt"]["error"] = error_of(lambda: ParallelTempering(num_chains=6, mesh=mesh))
     out["seconds"]["pt"] = time.perf_counter() - t0
 
     # Population annealing with each population's 16 replicas split over the 4 devices (the
@@ -181,21 +184,13 @@ WORKER = PT_LATTICE + textwrap.dedent(
     from isingattn.inference.mcmc import PopulationAnnealing
     out["pa"] = {name: pa_summary(PopulationAnnealing(**PA_SETTINGS, mesh=mesh).marginals(model, key=jax.random.key(3)))
                  for name, model in pa_cases().items()}
-    try:
-        PopulationAnnealing(num_replicas=6, mesh=mesh)
-        out["pa"]["error"] = None
-    except ValueError as e:
-        out["pa"]["error"] = str(e)
+    out["pa"]["error"] = error_of(lambda: PopulationAnnealing(num_replicas=6, mesh=mesh))
     out["seconds"]["pa"] = time.perf_counter() - t0
 
     # the helpers
     x = shard_batch(np.arange(8 * 3).reshape(8, 3), mesh)
     out["shard_batch"] = {"shape": list(x.shape), "shard_rows": [s.data.shape[0] for s in x.addressable_shards]}
-    try:
-        shard_batch(np.zeros((6, 2)), mesh)
-        out["shard_batch"]["error"] = None
-    except ValueError as e:
-        out["shard_batch"]["error"] = str(e)
+    out["shard_batch"]["error"] = error_of(lambda: shard_batch(np.zeros((6, 2)), mesh))
     print("RESULT " + json.dumps(out))
     """
 )
